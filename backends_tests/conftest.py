@@ -1,0 +1,83 @@
+"""Shared fixtures for the backend matrix.
+
+Every test runs once per tox environment (tensorflow, jax, torch); the backend
+is fixed by `KERAS_BACKEND` before Keras is imported.
+"""
+
+import importlib.metadata
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels.parity import ParityStore
+
+_STORE = None
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def pytest_report_header(config):
+    backend = keras.backend.backend()
+    lib = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend]
+    return [
+        f"keras backend: {backend} (KERAS_BACKEND="
+        f"{os.environ.get('KERAS_BACKEND', '<unset>')})",
+        f"versions: keras {keras.__version__}, keras-hub "
+        f"{_version('keras-hub')}, {lib} {_version(lib)}, numpy "
+        f"{np.__version__}",
+    ]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _STORE is not None and os.environ.get("KMODELS_PARITY_DIR"):
+        _STORE.save()
+
+
+@pytest.fixture(scope="session")
+def parity():
+    """A `ParityStore` for this backend; saved to `$KMODELS_PARITY_DIR` at the
+    end of the session (when set), for the `parity` tox environment."""
+    global _STORE
+    if _STORE is None:
+        _STORE = ParityStore(
+            os.environ.get("KMODELS_PARITY_DIR", ""), keras.backend.backend()
+        )
+    return _STORE
+
+
+@pytest.fixture
+def rng():
+    """A NumPy generator with a fixed seed: the same draws on every backend."""
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _clear_keras_session():
+    keras.utils.clear_session()
+    keras.config.set_dtype_policy("float32")
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture
+def randomize(rng):
+    """Returns `fill(layer, scale=0.5)`: sets every weight of a built layer to
+    uniform draws in `[-scale, scale]` (float64 copies are returned, in
+    `layer.weights` order, for the oracle)."""
+
+    def fill(layer, scale=0.5):
+        values = [
+            rng.uniform(-scale, scale, tuple(w.shape)) for w in layer.weights
+        ]
+        layer.set_weights([v.astype("float32") for v in values])
+        # The oracle gets exactly the float32 values Keras holds.
+        return [v.astype("float32").astype("float64") for v in values]
+
+    return fill
