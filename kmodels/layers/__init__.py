@@ -1,0 +1,1 @@
+"""Keras layers of kmodels (each a plain `keras.layers.Layer`)."""
