@@ -1,0 +1,166 @@
+"""The benchmark cases: what runs, on which backends, at which sizes."""
+
+import dataclasses
+
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+# Pseudo-backends: NumPy's BLAS (no Keras) and the original tf.keras code
+# under Keras 2 (`tf_keras` with TF_USE_LEGACY_KERAS=1).
+NUMPY = "numpy"
+TF_KERAS = "tf_keras"
+ALL_BACKENDS = (NUMPY, TF_KERAS) + KERAS_BACKENDS
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One measured thing.
+
+    Attributes:
+        name: unique id, used in the JSON results and on the command line.
+        workload: the group it belongs to (one block of the table).
+        variant: what is measured within the group.
+        backends: where it runs (a subset of `ALL_BACKENDS`).
+        function: `"module:function"` run in the child process; it takes
+            `(sizes, timing)` and returns a dict (see `benchmarks.child`).
+        sizes: the workload's key in `FULL_SIZES` / `QUICK_SIZES`.
+        unit: `"ms"` (median time per step) or `"tokens/s"`.
+    """
+
+    name: str
+    workload: str
+    variant: str
+    backends: tuple
+    function: str
+    sizes: str
+    unit: str = "ms"
+
+
+FULL_SIZES = {
+    "matmul": {"n": 2048},
+    "seq2seq": {
+        "batch": 64,
+        "source_length": 20,
+        "target_length": 20,
+        "vocabulary": 5000,
+        "units": 256,
+    },
+    "generate": {
+        "batch": 64,
+        "source_length": 20,
+        "max_length": 50,
+        "vocabulary": 5000,
+        "units": 256,
+    },
+    "bigru": {"batch": 64, "length": 20, "vocabulary": 5000, "units": 256},
+    "transformer": {
+        "batch": 32,
+        "length": 128,
+        "dim": 128,
+        "heads": 4,
+        "layers": 2,
+        "intermediate_dim": 512,
+        "vocabulary": 5000,
+        "classes": 2,
+    },
+    "embedding_small": {"batch": 256, "ids": 8, "dim": 32, "rows": 10_000},
+    "embedding_large": {"batch": 256, "ids": 8, "dim": 32, "rows": 1_000_000},
+}
+
+# Tiny sizes for the smoke test (`--quick`): every code path, seconds each.
+QUICK_SIZES = {
+    "matmul": {"n": 64},
+    "seq2seq": {
+        "batch": 4,
+        "source_length": 6,
+        "target_length": 5,
+        "vocabulary": 40,
+        "units": 8,
+    },
+    "generate": {
+        "batch": 4,
+        "source_length": 6,
+        "max_length": 4,
+        "vocabulary": 40,
+        "units": 8,
+    },
+    "bigru": {"batch": 4, "length": 6, "vocabulary": 40, "units": 8},
+    "transformer": {
+        "batch": 2,
+        "length": 8,
+        "dim": 8,
+        "heads": 2,
+        "layers": 1,
+        "intermediate_dim": 16,
+        "vocabulary": 40,
+        "classes": 2,
+    },
+    "embedding_small": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
+    "embedding_large": {"batch": 8, "ids": 4, "dim": 4, "rows": 1000},
+}
+
+# How long each case is timed (warm-up calls are not timed).
+FULL_TIMING = {"warmup": 3, "min_steps": 5, "max_steps": 30, "max_seconds": 8}
+QUICK_TIMING = {"warmup": 1, "min_steps": 2, "max_steps": 2, "max_seconds": 1}
+
+_K = KERAS_BACKENDS
+
+CASES = (
+    Case("matmul_numpy", "Matmul float32", "numpy @", (NUMPY,),
+         "benchmarks.matmul:numpy_matmul", "matmul"),
+    Case("matmul_keras", "Matmul float32", "keras.ops.matmul", _K,
+         "benchmarks.matmul:keras_matmul", "matmul"),
+    Case("seq2seq_train_original", "Seq2Seq train step",
+         "tutorial Translator (tf.keras)", (TF_KERAS,),
+         "benchmarks.original:seq2seq_train_step", "seq2seq"),
+    Case("seq2seq_train", "Seq2Seq train step", "kmodels Translator", _K,
+         "benchmarks.seq2seq:train_step", "seq2seq"),
+    Case("generate_original", "Seq2Seq generation",
+         "tutorial translate loop (tf.keras)", (TF_KERAS,),
+         "benchmarks.original:translate", "generate", "tokens/s"),
+    Case("generate", "Seq2Seq generation", "kmodels Translator.generate", _K,
+         "benchmarks.seq2seq:generate", "generate", "tokens/s"),
+    Case("bigru_original", "BiGRU encoder train step",
+         "tutorial Encoder, masked (tf.keras)", (TF_KERAS,),
+         "benchmarks.original:encoder_train_step", "bigru"),
+    Case("bigru_unmasked", "BiGRU encoder train step",
+         "keras Bidirectional(GRU), no mask", _K,
+         "benchmarks.seq2seq:bigru_unmasked", "bigru"),
+    Case("bigru_masked_keras", "BiGRU encoder train step",
+         "keras Bidirectional(GRU), masked", _K,
+         "benchmarks.seq2seq:bigru_masked_keras", "bigru"),
+    Case("bigru_masked", "BiGRU encoder train step",
+         "kmodels Encoder, masked", _K,
+         "benchmarks.seq2seq:bigru_masked_kmodels", "bigru"),
+    Case("transformer_hub", "Transformer encoder train step",
+         "keras_hub TokenAndPositionEmbedding", _K,
+         "benchmarks.position:token_and_position", "transformer"),
+    Case("transformer_positional", "Transformer encoder train step",
+         "kmodels PositionalEmbedding", _K,
+         "benchmarks.position:positional_embedding", "transformer"),
+    Case("embedding_10k", "Embedding train step",
+         "keras Embedding, small table", _K,
+         "benchmarks.growable:keras_embedding", "embedding_small"),
+    Case("growable_10k", "Embedding train step",
+         "kmodels GrowableEmbedding, small table", _K,
+         "benchmarks.growable:growable_embedding", "embedding_small"),
+    Case("embedding_1m", "Embedding train step",
+         "keras Embedding, large table", _K,
+         "benchmarks.growable:keras_embedding", "embedding_large"),
+    Case("growable_1m", "Embedding train step",
+         "kmodels GrowableEmbedding, large table", _K,
+         "benchmarks.growable:growable_embedding", "embedding_large"),
+    Case("growth_event", "Embedding train step",
+         "kmodels GrowableEmbedding, one growth (small to 2x)", _K,
+         "benchmarks.growable:growth_event", "embedding_small"),
+)  # fmt: skip
+
+CASES_BY_NAME = {case.name: case for case in CASES}
+
+
+def sizes_for(case, quick):
+    """The size dict of `case` for a full or `--quick` run."""
+    return dict((QUICK_SIZES if quick else FULL_SIZES)[case.sizes])
+
+
+def timing_for(quick):
+    """The timing parameters for a full or `--quick` run."""
+    return dict(QUICK_TIMING if quick else FULL_TIMING)

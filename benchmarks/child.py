@@ -1,0 +1,90 @@
+"""Child process: runs cases on the one backend fixed by the environment.
+
+`python -m benchmarks.child --backend jax --cases seq2seq_train,generate
+[--quick]` prints one line per case, `BENCH_RESULT {json}`, as soon as the
+case is done (the parent reads them live for its progress bar). A case whose
+kmodels code cannot be imported reports `status: "n/a"`; any other failure
+reports `status: "error"` with the message; the child goes on either way.
+"""
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+
+PREFIX = "BENCH_RESULT "
+
+
+class NotAvailable(Exception):
+    """The code a case measures cannot be imported (not written yet, or an
+    optional package is missing)."""
+
+
+def require(module, *names):
+    """Imports `names` from `module`, raising `NotAvailable` if any is
+    missing; returns them (a single object when one name is given)."""
+    try:
+        mod = importlib.import_module(module)
+        objects = [getattr(mod, name) for name in names]
+    except (ImportError, AttributeError) as error:
+        raise NotAvailable(
+            f"{module}.{'/'.join(names)} not available: {error}"
+        ) from error
+    return objects[0] if len(objects) == 1 else objects
+
+
+def _run_case(case, backend, quick):
+    from benchmarks import cases
+
+    module_name, function_name = case.function.split(":")
+    function = getattr(importlib.import_module(module_name), function_name)
+    record = {"case": case.name, "backend": backend}
+    t0 = time.perf_counter()
+    try:
+        out = function(cases.sizes_for(case, quick), cases.timing_for(quick))
+        record.update(status="ok", **out)
+    except NotAvailable as error:
+        record.update(status="n/a", error=str(error))
+    except Exception as error:  # reported, never fatal for the whole run
+        record.update(
+            status="error",
+            error=f"{type(error).__name__}: {error}"[:500],
+            traceback=traceback.format_exc()[-2000:],
+        )
+    record["wall_s"] = time.perf_counter() - t0
+    if backend not in (cases.NUMPY, cases.TF_KERAS):
+        import keras
+
+        keras.utils.clear_session()
+    gc.collect()
+    return record
+
+
+def main(argv=None):
+    from benchmarks import cases
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.child")
+    parser.add_argument("--backend", required=True, choices=cases.ALL_BACKENDS)
+    parser.add_argument("--cases", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.backend in cases.KERAS_BACKENDS:
+        expected = os.environ.get("KERAS_BACKEND")
+        if expected != args.backend:
+            raise SystemExit(
+                f"KERAS_BACKEND must be {args.backend!r} before Keras is "
+                f"imported; got {expected!r}."
+            )
+    for name in args.cases.split(","):
+        record = _run_case(cases.CASES_BY_NAME[name], args.backend, args.quick)
+        sys.stdout.write(PREFIX + json.dumps(record) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""Transformer encoder classifier: kmodels' PositionalEmbedding next to
+keras-hub's TokenAndPositionEmbedding, same model otherwise."""
+
+import numpy as np
+
+from benchmarks import data, flops
+from benchmarks.child import require
+from benchmarks.timing import measure
+
+
+def _hub_classifier(sizes):
+    """The model `kmodels.models.transformer_encoder` builds, with
+    `keras_hub.layers.TokenAndPositionEmbedding` as its embedding: ids ->
+    embedding -> N x TransformerEncoder (padding mask passed explicitly) ->
+    masked mean pooling -> Dense."""
+    import keras
+    import keras_hub
+
+    inputs = keras.Input((sizes["length"],), dtype="int32")
+    embedding = keras_hub.layers.TokenAndPositionEmbedding(
+        sizes["vocabulary"],
+        sizes["length"],
+        sizes["dim"],
+        mask_zero=True,
+    )
+    x = embedding(inputs)
+    padding_mask = embedding.compute_mask(inputs)
+    for _ in range(sizes["layers"]):
+        x = keras_hub.layers.TransformerEncoder(
+            intermediate_dim=sizes["intermediate_dim"],
+            num_heads=sizes["heads"],
+            dropout=0.0,
+        )(x, padding_mask=padding_mask)
+    x = keras.layers.GlobalAveragePooling1D()(x, mask=padding_mask)
+    return keras.Model(inputs, keras.layers.Dense(sizes["classes"])(x))
+
+
+def _kmodels_classifier(sizes):
+    import keras
+
+    transformer_encoder = require("kmodels.models", "transformer_encoder")
+    return transformer_encoder(
+        keras.layers.Embedding(
+            sizes["vocabulary"], sizes["dim"], mask_zero=True
+        ),
+        (sizes["length"],),
+        num_classes=sizes["classes"],
+        num_layers=sizes["layers"],
+        num_heads=sizes["heads"],
+        intermediate_dim=sizes["intermediate_dim"],
+    )
+
+
+def _train_step(sizes, timing, build):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = build(sizes)
+    rng = np.random.default_rng(0)
+    ids = data.padded_tokens(
+        rng, sizes["batch"], sizes["length"], sizes["vocabulary"]
+    )
+    labels = rng.integers(0, sizes["classes"], size=sizes["batch"])
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    stats = measure(lambda: model.train_on_batch(ids, labels), **timing)
+    return dict(
+        stats,
+        flops=flops.transformer_classifier_train_step(
+            sizes["batch"],
+            sizes["length"],
+            sizes["dim"],
+            sizes["intermediate_dim"],
+            sizes["layers"],
+            sizes["classes"],
+        ),
+    )
+
+
+def token_and_position(sizes, timing):
+    """Train step of the keras-hub `TokenAndPositionEmbedding` model."""
+    return _train_step(sizes, timing, _hub_classifier)
+
+
+def positional_embedding(sizes, timing):
+    """Train step of `kmodels.models.transformer_encoder` (PositionalEmbedding
+    around `keras.layers.Embedding(mask_zero=True)`)."""
+    return _train_step(sizes, timing, _kmodels_classifier)

@@ -1,0 +1,467 @@
+"""From raw results to figures: derived metrics, targets, tables, JSON, the
+chart and the docs table. Pure Python apart from rich/matplotlib output."""
+
+import datetime
+import json
+import os
+import re
+
+from benchmarks import cases as cases_mod
+
+SCHEMA_VERSION = 1
+COLUMNS = (cases_mod.TF_KERAS,) + cases_mod.KERAS_BACKENDS
+DOCS_START = "<!-- benchmarks:results:start -->"
+DOCS_END = "<!-- benchmarks:results:end -->"
+# Keys every result record has (see `benchmarks.child`).
+RECORD_KEYS = ("case", "backend", "status")
+# Keys an "ok" record adds.
+OK_KEYS = ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "steps")
+
+
+def derive(record):
+    """Adds `gflops` (achieved GFLOP/s at the median) and, for generation,
+    `tokens_per_s` to an "ok" record; returns a new dict."""
+    record = dict(record)
+    if record.get("status") != "ok":
+        return record
+    seconds = record["median_ms"] / 1e3
+    if record.get("flops"):
+        record["gflops"] = record["flops"] / seconds / 1e9
+    if record.get("tokens"):
+        record["tokens_per_s"] = record["tokens"] / seconds
+    return record
+
+
+def index(results):
+    """`{(case, backend): record}` of the records."""
+    return {(r["case"], r["backend"]): r for r in results}
+
+
+def peak_gflops(results):
+    """The machine's limit: the best float32 matmul GFLOP/s measured in this
+    run (NumPy or any backend), or None."""
+    values = [
+        r["gflops"]
+        for r in results
+        if r["case"].startswith("matmul") and r.get("gflops")
+    ]
+    return max(values) if values else None
+
+
+def _ms(table, case, backend):
+    record = table.get((case, backend))
+    if record and record.get("status") == "ok":
+        return record["median_ms"]
+    return None
+
+
+def _target(name, backend, value, goal, better, binding=True, note=""):
+    """One target row. `better` is ">=" (higher is better) or "<="."""
+    if value is None:
+        met = "n/a"
+    elif not binding:
+        met = "info"
+    elif better == ">=":
+        met = "yes" if value >= goal else "no"
+    else:
+        met = "yes" if value <= goal else "no"
+    return {
+        "target": name,
+        "backend": backend,
+        "value": value,
+        "goal": f"{better} {goal:g}" if goal is not None else "",
+        "met": met,
+        "note": note,
+    }
+
+
+def _ratio(numerator, denominator):
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
+    """The issue's targets as rows `{target, backend, value, goal, met,
+    note}`; `met` is "yes", "no", "n/a" (not measured) or "info" (a ratio
+    shown for comparison where the issue sets no target)."""
+    table = index(results)
+    rows = []
+    original = _ms(table, "seq2seq_train_original", cases_mod.TF_KERAS)
+    speedups = {
+        b: _ratio(original, _ms(table, "seq2seq_train", b)) for b in backends
+    }
+    measured = {b: v for b, v in speedups.items() if v is not None}
+    best = max(measured, key=measured.get) if measured else None
+    rows.append(
+        _target(
+            "Seq2Seq train: best backend speed-up vs tf.keras original",
+            best or "-",
+            measured.get(best),
+            2.0,
+            ">=",
+        )
+    )
+    for b in backends:
+        rows.append(
+            _target(
+                "Seq2Seq train: speed-up vs tf.keras original",
+                b,
+                speedups[b],
+                1.3,
+                ">=",
+            )
+        )
+    peak = peak_gflops(results)
+    best_gflops = None
+    if best is not None:
+        best_gflops = table[("seq2seq_train", best)].get("gflops")
+    rows.append(
+        _target(
+            "Seq2Seq train: best backend GFLOP/s / measured matmul peak",
+            best or "-",
+            _ratio(best_gflops, peak),
+            0.75,
+            ">=",
+        )
+    )
+    for b in backends:
+        rows.append(
+            _target(
+                "Masked BiGRU (kmodels Encoder) time / unmasked time",
+                b,
+                _ratio(
+                    _ms(table, "bigru_masked", b),
+                    _ms(table, "bigru_unmasked", b),
+                ),
+                1.1,
+                "<=",
+                binding=b == "torch",
+                note="" if b == "torch" else "the target is set for torch",
+            )
+        )
+    original_tps = table.get(("generate_original", cases_mod.TF_KERAS), {})
+    for b in backends:
+        tps = table.get(("generate", b), {}).get("tokens_per_s")
+        rows.append(
+            _target(
+                "Generation tokens/s vs tf.keras translate loop",
+                b,
+                _ratio(tps, original_tps.get("tokens_per_s")),
+                5.0,
+                ">=",
+                binding=b != "torch",
+                note="" if b != "torch" else "compiled loop: TF and JAX only",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
+                "PositionalEmbedding model time / TokenAndPositionEmbedding",
+                b,
+                _ratio(
+                    _ms(table, "transformer_positional", b),
+                    _ms(table, "transformer_hub", b),
+                ),
+                1.05,
+                "<=",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
+                "GrowableEmbedding step time 1M rows / 10k rows",
+                b,
+                _ratio(
+                    _ms(table, "growable_1m", b), _ms(table, "growable_10k", b)
+                ),
+                1.5,
+                "<=",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
+                "GrowableEmbedding / keras Embedding step time, 10k rows",
+                b,
+                _ratio(
+                    _ms(table, "growable_10k", b),
+                    _ms(table, "embedding_10k", b),
+                ),
+                1.0,
+                "<=",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
+                "keras Embedding step time 1M rows / 10k rows",
+                b,
+                _ratio(
+                    _ms(table, "embedding_1m", b),
+                    _ms(table, "embedding_10k", b),
+                ),
+                None,
+                "<=",
+                binding=False,
+                note="reference: dense gradient and Adam update",
+            )
+        )
+    return rows
+
+
+def format_cell(record):
+    """One table cell: `median (q1-q3) ms` plus GFLOP/s or tokens/s; "n/a"
+    when the code is not available, "error" when the case failed."""
+    if record is None:
+        return "-"
+    status = record.get("status")
+    if status == "n/a":
+        return "n/a (not available)"
+    if status != "ok":
+        return "error"
+    text = (
+        f"{_num(record['median_ms'])} ({_num(record['q1_ms'])}-"
+        f"{_num(record['q3_ms'])}) ms"
+    )
+    if record.get("tokens_per_s"):
+        text += f", {record['tokens_per_s']:,.0f} tok/s"
+    if record.get("gflops"):
+        text += f", {record['gflops']:.1f} GF/s"
+    if record.get("growth_cost_ms") is not None:
+        text += f", growth +{_num(record['growth_cost_ms'])} ms"
+    return text
+
+
+def _num(ms):
+    """Milliseconds with 3 significant digits (no exponent)."""
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    return f"{ms:.2f}"
+
+
+def format_value(value):
+    if value is None:
+        return "-"
+    return f"{value:.2f}"
+
+
+def measurement_rows(results, selected_cases=cases_mod.CASES):
+    """Rows `(workload, variant, cell per column)` of the measurement table,
+    with the NumPy matmul shown in the tf_keras column's place."""
+    table = index(results)
+    rows = []
+    for case in selected_cases:
+        if not any((case.name, b) in table for b in case.backends):
+            continue
+        if case.backends == (cases_mod.NUMPY,):
+            cell = format_cell(table.get((case.name, cases_mod.NUMPY)))
+            cells = [f"numpy: {cell}"] + ["-"] * (len(COLUMNS) - 1)
+        else:
+            cells = [
+                format_cell(table.get((case.name, b)))
+                if b in case.backends
+                else "-"
+                for b in COLUMNS
+            ]
+        rows.append((case.workload, case.variant, cells))
+    return rows
+
+
+def markdown(results, targets, meta):
+    """The docs section: run facts, the measurement table, the target table."""
+    lines = [
+        f"Run of {meta['created']} ({'quick' if meta['quick'] else 'full'}"
+        f" sizes), command `{meta['command']}`; "
+        f"{meta['machine']['cpu_count']} CPU cores, "
+        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+        + ".",
+        "",
+        "Each cell: median step time (first-third quartile) over the timed "
+        "steps; GF/s is the achieved GFLOP/s of the analytic count at the "
+        "median.",
+        "",
+        "| workload | variant | " + " | ".join(COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COLUMNS),
+    ]
+    for workload, variant, cells in measurement_rows(results):
+        lines.append(f"| {workload} | {variant} | " + " | ".join(cells) + " |")
+    peak = peak_gflops(results)
+    lines += [
+        "",
+        f"Measured float32 matmul peak: "
+        f"{'-' if peak is None else f'{peak:.1f}'} GFLOP/s.",
+        "",
+        "| target | backend | value | goal | met? | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in targets:
+        lines.append(
+            f"| {t['target']} | {t['backend']} | {format_value(t['value'])} | "
+            f"{t['goal']} | {t['met']} | {t['note']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def update_docs(path, section):
+    """Replaces the text between the DOCS_START and DOCS_END markers of
+    `path` with `section` (appends the markers if absent)."""
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    block = f"{DOCS_START}\n{section}{DOCS_END}"
+    pattern = re.compile(
+        re.escape(DOCS_START) + ".*?" + re.escape(DOCS_END), re.DOTALL
+    )
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def document(results, meta):
+    """The JSON document written to `benchmarks/results/<date>.json`."""
+    results = [derive(r) for r in results]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **meta,
+        "peak_gflops": peak_gflops(results),
+        "results": results,
+        "targets": evaluate_targets(results),
+    }
+
+
+def validate(doc):
+    """Raises ValueError if `doc` does not follow the results schema."""
+    for key in ("schema_version", "created", "quick", "command", "machine",
+                "versions", "results", "targets"):  # fmt: skip
+        if key not in doc:
+            raise ValueError(f"results JSON misses key {key!r}")
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(
+            f"schema_version {SCHEMA_VERSION} expected; got "
+            f"{doc['schema_version']!r}"
+        )
+    for record in doc["results"]:
+        missing = [k for k in RECORD_KEYS if k not in record]
+        if record.get("status") == "ok":
+            missing += [k for k in OK_KEYS if k not in record]
+        if missing:
+            raise ValueError(f"result {record.get('case')!r} misses {missing}")
+        if record["status"] not in ("ok", "n/a", "error"):
+            raise ValueError(f"unknown status {record['status']!r}")
+
+
+def write_json(doc, path):
+    validate(doc)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+def today():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def rich_tables(doc):
+    """The measurement and target tables as `rich.table.Table`s."""
+    from rich.table import Table
+
+    measurements = Table(title="kmodels benchmarks (median, quartiles)")
+    measurements.add_column("workload")
+    measurements.add_column("variant")
+    for column in COLUMNS:
+        measurements.add_column(column)
+    for workload, variant, cells in measurement_rows(doc["results"]):
+        measurements.add_row(workload, variant, *cells)
+    peak = doc["peak_gflops"]
+    targets = Table(
+        title="Targets (matmul peak "
+        f"{'-' if peak is None else f'{peak:.1f}'} GFLOP/s)"
+    )
+    for column in ("target", "backend", "value", "goal", "met?", "note"):
+        targets.add_column(column)
+    colors = {"yes": "green", "no": "red"}
+    for t in doc["targets"]:
+        met = t["met"]
+        if met in colors:
+            met = f"[{colors[met]}]{met}[/]"
+        targets.add_row(
+            t["target"], t["backend"], format_value(t["value"]), t["goal"],
+            met, t["note"],
+        )  # fmt: skip
+    return measurements, targets
+
+
+def chart(doc, path):
+    """A PNG bar chart: one panel per workload, one bar per variant and
+    backend (median, whiskers at the quartiles)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = index(doc["results"])
+    workloads = []
+    for case in cases_mod.CASES:
+        if case.workload not in workloads:
+            workloads.append(case.workload)
+    colors = {
+        cases_mod.NUMPY: "#7f7f7f",
+        cases_mod.TF_KERAS: "#8c564b",
+        "tensorflow": "#ff7f0e",
+        "jax": "#1f77b4",
+        "torch": "#d62728",
+    }
+    fig, axes = plt.subplots(
+        len(workloads), 1, figsize=(9, 2.2 * len(workloads) + 1)
+    )
+    for ax, workload in zip(axes, workloads):
+        labels, values, lows, highs, bar_colors = [], [], [], [], []
+        for case in cases_mod.CASES:
+            if case.workload != workload:
+                continue
+            for backend in case.backends:
+                r = table.get((case.name, backend))
+                if not r or r.get("status") != "ok":
+                    continue
+                if case.unit == "tokens/s":
+                    value = r["tokens_per_s"]
+                    low = r["tokens"] / (r["q3_ms"] / 1e3)
+                    high = r["tokens"] / (r["q1_ms"] / 1e3)
+                elif case.name.startswith("matmul"):
+                    value = r["gflops"]
+                    low = r["flops"] / (r["q3_ms"] / 1e3) / 1e9
+                    high = r["flops"] / (r["q1_ms"] / 1e3) / 1e9
+                else:
+                    value, low, high = r["median_ms"], r["q1_ms"], r["q3_ms"]
+                labels.append(f"{case.variant} [{backend}]")
+                values.append(value)
+                lows.append(max(value - low, 0))
+                highs.append(max(high - value, 0))
+                bar_colors.append(colors[backend])
+        unit = "ms / step (lower is better)"
+        if workload == "Seq2Seq generation":
+            unit = "tokens / s (higher is better)"
+        elif workload == "Matmul float32":
+            unit = "GFLOP/s (higher is better)"
+        ax.barh(
+            range(len(values)),
+            values,
+            xerr=[lows, highs],
+            color=bar_colors,
+            capsize=2,
+        )
+        ax.set_yticks(range(len(values)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{workload}: {unit}", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+    title = f"kmodels benchmarks {doc['created']}"
+    if doc["quick"]:
+        title += " (quick sizes: smoke test, not a measurement)"
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,327 @@
+"""Parent process: `python -m benchmarks [--quick] [--out DIR] ...`.
+
+Runs every selected case on every installed backend, each group in a fresh
+subprocess with the backend fixed in its environment, shows a progress bar,
+prints the tables, writes `<out>/<date>.json` and `<out>/<date>.png`, and
+(on full runs) updates the results section of `docs/benchmarks.md`.
+"""
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from benchmarks import cases as cases_mod
+from benchmarks import report
+from benchmarks.child import PREFIX
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(ROOT, "benchmarks", "results")
+DOCS_PATH = os.path.join(ROOT, "docs", "benchmarks.md")
+# Set by this machine's image for other programs; with them NumPy's OpenBLAS
+# runs far below the CPU's speed, so the benchmark's children drop them.
+SLOW_BLAS_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+_MODULES = {
+    cases_mod.NUMPY: "numpy",
+    cases_mod.TF_KERAS: "tf_keras",
+    "tensorflow": "tensorflow",
+    "jax": "jax",
+    "torch": "torch",
+}
+_VERSIONS = ("keras", "keras-hub", "tensorflow", "tf_keras", "jax", "torch",
+             "numpy")  # fmt: skip
+
+
+def installed_backends():
+    """The backends (and pseudo-backends) whose package can be imported."""
+    return [
+        b
+        for b in cases_mod.ALL_BACKENDS
+        if importlib.util.find_spec(_MODULES[b]) is not None
+    ]
+
+
+def child_env(backend, base=None):
+    """The environment of a child for `backend`: KERAS_BACKEND set before
+    any import, Keras 2 selected for `tf_keras`, the slow-BLAS variables
+    dropped, the repository on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    for name in SLOW_BLAS_VARIABLES:
+        env.pop(name, None)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if backend == cases_mod.TF_KERAS:
+        env["KERAS_BACKEND"] = "tensorflow"
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    elif backend in cases_mod.KERAS_BACKENDS:
+        env["KERAS_BACKEND"] = backend
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (ROOT, env.get("PYTHONPATH", "")) if p
+    )
+    return env
+
+
+def plan(selected_cases, backends, isolation):
+    """The subprocesses to run: a list of `(backend, [case names])`.
+
+    `isolation="workload"`: one process per workload group and backend;
+    `"case"`: one per case and backend; `"backend"`: one per backend."""
+    groups = []
+    for backend in backends:
+        names = [c for c in selected_cases if backend in c.backends]
+        if isolation == "backend":
+            buckets = [names]
+        elif isolation == "case":
+            buckets = [[c] for c in names]
+        else:
+            buckets = {}
+            for c in names:
+                buckets.setdefault(c.workload, []).append(c)
+            buckets = list(buckets.values())
+        groups += [(backend, [c.name for c in b]) for b in buckets if b]
+    return groups
+
+
+def select_cases(patterns):
+    """Cases whose name matches one of the comma-separated `patterns`
+    (fnmatch globs); all cases when `patterns` is empty."""
+    import fnmatch
+
+    if not patterns:
+        return list(cases_mod.CASES)
+    globs = [p.strip() for p in patterns.split(",") if p.strip()]
+    chosen = [
+        c
+        for c in cases_mod.CASES
+        if any(fnmatch.fnmatch(c.name, g) for g in globs)
+    ]
+    if not chosen:
+        raise SystemExit(
+            f"--cases {patterns!r} matches no case; known: "
+            + ", ".join(c.name for c in cases_mod.CASES)
+        )
+    return chosen
+
+
+def run_group(backend, names, quick, timeout, on_result, on_start=None):
+    """Runs one child; calls `on_result(record)` for every case as it ends.
+    Cases the child did not report (crash, timeout) get an "error" record."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.child",
+        "--backend",
+        backend,
+        "--cases",
+        ",".join(names),
+    ]
+    if quick:
+        command.append("--quick")
+    seen = set()
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=child_env(backend),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        timer = threading.Timer(timeout, process.kill)
+        timer.start()
+        try:
+            if on_start:
+                on_start(backend, names[0])
+            for line in process.stdout:
+                if not line.startswith(PREFIX):
+                    continue
+                record = json.loads(line[len(PREFIX) :])
+                seen.add(record["case"])
+                on_result(record)
+                remaining = [n for n in names if n not in seen]
+                if on_start and remaining:
+                    on_start(backend, remaining[0])
+            process.wait()
+        finally:
+            timer.cancel()
+        stderr.seek(0)
+        tail = stderr.read()[-1500:]
+    for name in names:
+        if name not in seen:
+            why = f"child exited with {process.returncode}"
+            if process.returncode in (-9, 137):
+                why += f" (killed after the {timeout:.0f} s timeout?)"
+            on_result(
+                {
+                    "case": name,
+                    "backend": backend,
+                    "status": "error",
+                    "error": f"{why}: {tail}",
+                }
+            )
+
+
+def _versions():
+    out = {}
+    for dist in _VERSIONS:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure kmodels' workloads on every installed Keras "
+        "backend, next to the original tf.keras code and the machine's "
+        "matmul throughput.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, 2 timed steps: a smoke test, not a measurement. "
+        "Writes to a temporary folder unless --out is given and never "
+        "updates the docs.",
+    )
+    parser.add_argument(
+        "--out", help="folder for <date>.json and <date>.png "
+        "(default: benchmarks/results; a temporary folder with --quick)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--backends",
+        help="comma-separated subset of "
+        + ",".join(cases_mod.ALL_BACKENDS)
+        + " (default: all installed)",
+    )
+    parser.add_argument(
+        "--cases", default="", help="comma-separated case names or globs"
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=("workload", "case", "backend"),
+        help="one subprocess per workload group and backend (default), per "
+        "case and backend, or per backend (default with --quick)",
+    )
+    parser.add_argument(
+        "--docs",
+        default=None,
+        help=f"markdown file whose results section is updated (default "
+        f"{os.path.relpath(DOCS_PATH, ROOT)} on full runs of every case)",
+    )
+    parser.add_argument(
+        "--no-docs", action="store_true", help="do not update the docs"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per subprocess (default 900, 300 with --quick)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    args = parse_args(argv)
+    console = Console()
+    available = installed_backends()
+    if args.backends:
+        wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
+        unknown = [b for b in wanted if b not in cases_mod.ALL_BACKENDS]
+        if unknown:
+            raise SystemExit(
+                f"--backends: unknown {unknown}; expected a subset of "
+                f"{list(cases_mod.ALL_BACKENDS)}"
+            )
+        missing = [b for b in wanted if b not in available]
+        if missing:
+            console.print(f"[yellow]not installed, skipped: {missing}[/]")
+        backends = [b for b in wanted if b in available]
+    else:
+        backends = available
+    selected = select_cases(args.cases)
+    isolation = args.isolation or ("backend" if args.quick else "workload")
+    timeout = args.timeout or (300.0 if args.quick else 900.0)
+    groups = plan(selected, backends, isolation)
+    out_dir = args.out or (
+        tempfile.mkdtemp(prefix="kmodels-bench-") if args.quick else RESULTS_DIR
+    )
+    os.makedirs(out_dir, exist_ok=True)
+
+    results = []
+    started = time.perf_counter()
+    total = sum(len(names) for _, names in groups)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("starting", total=total)
+
+        def on_start(backend, name):
+            progress.update(task, description=f"{backend}: {name}")
+
+        def on_result(record):
+            results.append(record)
+            progress.advance(task)
+            if record["status"] == "error":
+                progress.console.print(
+                    f"[red]{record['backend']} {record['case']}: "
+                    f"{record['error'][:300]}[/]"
+                )
+
+        for backend, names in groups:
+            run_group(backend, names, args.quick, timeout, on_result, on_start)
+
+    meta = {
+        "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "quick": args.quick,
+        "command": "python -m benchmarks"
+        + ("" if argv is None and len(sys.argv) <= 1 else " ")
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "isolation": isolation,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "versions": _versions(),
+    }
+    doc = report.document(results, meta)
+    stem = os.path.join(out_dir, report.today())
+    report.write_json(doc, stem + ".json")
+    report.chart(doc, stem + ".png")
+    for table in report.rich_tables(doc):
+        console.print(table)
+    full_set = not args.cases and set(backends) == set(available)
+    docs_path = args.docs or (
+        DOCS_PATH if not args.quick and full_set else None
+    )
+    if docs_path and not args.no_docs:
+        report.update_docs(docs_path, report.markdown(doc["results"],
+                           doc["targets"], meta))  # fmt: skip
+        console.print(f"updated {docs_path}")
+    console.print(f"wrote {stem}.json and {stem}.png in {meta['wall_s']:.0f} s")
+    errors = [r for r in results if r["status"] == "error"]
+    return 1 if errors else 0

@@ -1,0 +1,52 @@
+"""Step timing and its summary statistics (no Keras import here)."""
+
+import statistics
+import time
+
+
+def summarize(seconds):
+    """Median and spread of a list of step times given in seconds.
+
+    Returns a dict in milliseconds: `median_ms`, `q1_ms`, `q3_ms` (first and
+    third quartiles, "inclusive" method: the quartiles of n values lie between
+    the values themselves), `min_ms`, `max_ms` and `steps`.
+    """
+    if not seconds:
+        raise ValueError("summarize() needs at least one step time; got none.")
+    ms = sorted(s * 1e3 for s in seconds)
+    if len(ms) == 1:
+        q1 = q3 = ms[0]
+    else:
+        q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive")
+    return {
+        "median_ms": statistics.median(ms),
+        "q1_ms": q1,
+        "q3_ms": q3,
+        "min_ms": ms[0],
+        "max_ms": ms[-1],
+        "steps": len(ms),
+    }
+
+
+def measure(step, warmup=2, min_steps=5, max_steps=30, max_seconds=10.0):
+    """Times `step()` after `warmup` untimed calls (compilation excluded).
+
+    `step` must block until its work is done (e.g. return a value converted
+    to NumPy). Runs at least `min_steps` and at most `max_steps` timed calls,
+    stopping early once `max_seconds` of timed calls have passed. Returns
+    `summarize()` of the per-call times.
+    """
+    for _ in range(warmup):
+        step()
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_steps:
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        if (
+            len(times) >= min_steps
+            and time.perf_counter() - start > max_seconds
+        ):
+            break
+    return summarize(times)

@@ -1,0 +1,193 @@
+import keras
+import keras_hub
+from keras import ops
+
+_POSITIONS = ("learned", "sine")
+_MERGES = ("add", "concat")
+
+
+@keras.saving.register_keras_serializable(package="kmodels")
+class PositionalEmbedding(keras.layers.Layer):
+    """Any embedding layer plus learned or sinusoidal positions.
+
+    Calls the wrapped `embedding` on the inputs and merges its output with
+    position vectors from `keras_hub.layers.PositionEmbedding` (learned) or
+    `keras_hub.layers.SinePositionEncoding` (fixed). Those keras-hub layers
+    take the *embedded* tensor and return only the position vectors, shaped
+    like it; this layer does the merge, so the embedding's output always
+    reaches the rest of the model. The wrapped layer may be a token
+    `keras.layers.Embedding` (ids `(batch, seq)`) or an image patch embedding
+    such as `kmodels.layers.PatchEmbedding` (images in, `(batch, patches,
+    dim)` out). The wrapped layer's mask (e.g. from `mask_zero=True`) is
+    propagated. With `position="learned", merge="add"` and a plain
+    `Embedding`, this computes exactly what
+    `keras_hub.layers.TokenAndPositionEmbedding` does, with the same ops.
+
+    Args:
+        embedding: a `keras.layers.Layer` mapping the inputs to
+            `(batch, seq, dim)`.
+        sequence_length: int, the longest sequence (number of positions) the
+            learned table holds. The sine variant accepts any length but the
+            value is still checked at build time, so both variants fail the
+            same way on an over-long input.
+        position: `"learned"` or `"sine"`. Defaults to `"learned"`.
+        merge: `"add"` (output dim = `dim`) or `"concat"` (position vectors
+            of the same width appended: output dim = `2 * dim`). Defaults to
+            `"add"`.
+        position_initializer: initializer of the learned table. Defaults to
+            `"glorot_uniform"`, as `keras_hub.layers.PositionEmbedding`.
+        max_wavelength: the sine variant's longest wavelength. Defaults to
+            `10000` (Vaswani et al., 2017).
+        **kwargs: other keyword arguments passed to `keras.layers.Layer`,
+            including `name`, `trainable`, `dtype` etc.
+
+    Call arguments:
+        inputs: whatever `embedding` accepts (ids or images).
+        start_index: int or int tensor, the position of the first element of
+            `inputs`; use it in step-by-step decoding, where one token at
+            position `t` is embedded at a time. Defaults to `0`.
+
+    Example:
+
+    ```python
+    layer = kmodels.layers.PositionalEmbedding(
+        keras.layers.Embedding(1000, 32, mask_zero=True),
+        sequence_length=50,
+    )
+    x = layer(np.array([[5, 7, 9, 0, 0]]))  # (1, 5, 32); mask [[1,1,1,0,0]]
+
+    # Image patches instead of tokens, sinusoidal positions:
+    layer = kmodels.layers.PositionalEmbedding(
+        kmodels.layers.PatchEmbedding(patch_size=4, embedding_dim=32),
+        sequence_length=64,
+        position="sine",
+    )
+    ```
+
+    References:
+     - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+     - [Devlin et al., 2019](https://arxiv.org/abs/1810.04805)
+    """
+
+    def __init__(
+        self,
+        embedding,
+        sequence_length,
+        position="learned",
+        merge="add",
+        position_initializer="glorot_uniform",
+        max_wavelength=10000,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(embedding, dict):
+            embedding = keras.saving.deserialize_keras_object(embedding)
+        if not isinstance(embedding, keras.layers.Layer):
+            raise TypeError(
+                "PositionalEmbedding expects `embedding` to be a "
+                "keras.layers.Layer (e.g. keras.layers.Embedding(...)); got "
+                f"{type(embedding).__name__}."
+            )
+        if sequence_length is None or int(sequence_length) < 1:
+            raise ValueError(
+                "PositionalEmbedding expects `sequence_length` to be a "
+                f"positive int; got {sequence_length!r}."
+            )
+        if position not in _POSITIONS:
+            raise ValueError(
+                f"PositionalEmbedding expects `position` in {_POSITIONS}; "
+                f"got {position!r}."
+            )
+        if merge not in _MERGES:
+            raise ValueError(
+                f"PositionalEmbedding expects `merge` in {_MERGES}; got "
+                f"{merge!r}."
+            )
+        self.embedding = embedding
+        self.sequence_length = int(sequence_length)
+        self.position = position
+        self.merge = merge
+        self.position_initializer = keras.initializers.get(
+            position_initializer
+        )
+        self.max_wavelength = max_wavelength
+        if position == "learned":
+            self.position_embedding = keras_hub.layers.PositionEmbedding(
+                sequence_length=self.sequence_length,
+                initializer=self.position_initializer,
+                dtype=self.dtype_policy,
+                name="position_embedding",
+            )
+        else:
+            self.position_embedding = keras_hub.layers.SinePositionEncoding(
+                max_wavelength=max_wavelength,
+                dtype=self.dtype_policy,
+                name="position_embedding",
+            )
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        if not self.embedding.built:
+            self.embedding.build(input_shape)
+        embedded_shape = tuple(self.embedding.compute_output_shape(input_shape))
+        if len(embedded_shape) != 3:
+            raise ValueError(
+                "PositionalEmbedding expects `embedding` to output "
+                "(batch, seq, dim); "
+                f"{type(self.embedding).__name__} outputs shape "
+                f"{embedded_shape} for inputs of shape {input_shape}."
+            )
+        self._check_length(embedded_shape[1])
+        self.position_embedding.build(embedded_shape)
+        self.built = True
+
+    def _check_length(self, length):
+        if length is not None and length > self.sequence_length:
+            raise ValueError(
+                f"PositionalEmbedding holds {self.sequence_length} positions "
+                f"(`sequence_length`); the inputs have {length}."
+            )
+
+    def call(self, inputs, start_index=0):
+        embedded = self.embedding(inputs)
+        positions = self.position_embedding(embedded, start_index=start_index)
+        if self.merge == "add":
+            return embedded + positions
+        return ops.concatenate([embedded, positions], axis=-1)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.embedding.supports_masking:
+            return None
+        return self.embedding.compute_mask(inputs, mask)
+
+    def compute_output_shape(self, input_shape):
+        shape = tuple(self.embedding.compute_output_shape(tuple(input_shape)))
+        if self.merge == "concat" and shape[-1] is not None:
+            shape = shape[:-1] + (2 * shape[-1],)
+        return shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "embedding": keras.saving.serialize_keras_object(
+                    self.embedding
+                ),
+                "sequence_length": self.sequence_length,
+                "position": self.position,
+                "merge": self.merge,
+                "position_initializer": keras.initializers.serialize(
+                    self.position_initializer
+                ),
+                "max_wavelength": self.max_wavelength,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["embedding"] = keras.saving.deserialize_keras_object(
+            config["embedding"]
+        )
+        return cls(**config)

@@ -1,0 +1,10 @@
+"""Sequence-to-sequence with attention (the TensorFlow NMT tutorial's model)
+in Keras 3, the same on TensorFlow, JAX and torch."""
+
+from kmodels.seq2seq.autoencoder import Autoencoder
+from kmodels.seq2seq.cross_attention import CrossAttention
+from kmodels.seq2seq.decoder import Decoder
+from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.losses import masked_acc
+from kmodels.seq2seq.losses import masked_loss
+from kmodels.seq2seq.translator import Translator

@@ -1,0 +1,108 @@
+"""Cross-attention from decoder states to the encoder context."""
+
+import keras
+from keras import ops
+
+from kmodels.seq2seq.masking import masks_hidden
+
+
+@keras.saving.register_keras_serializable(package="kmodels")
+class CrossAttention(keras.layers.Layer):
+    """Single-head attention over a context, with a residual and LayerNorm.
+
+    `MultiHeadAttention(key_dim=units, num_heads=1)` with the decoder states
+    as query and the context as key and value, then `Add` (residual) and
+    `LayerNormalization`, as in the TensorFlow "NMT with attention" tutorial.
+
+    Only the context is masked: padded context positions get zero attention.
+    Query rows are never masked (a padded target position still attends to
+    the context; losses ignore it). The Keras masks attached to `x` and
+    `context` are left as they were: Keras' `MultiHeadAttention` deletes the
+    mask of its `value` in place, which made a context reused for a second
+    call lose its padding mask; this layer restores it. No tensor is kept on
+    the layer: the attention weights are returned, never stored.
+
+    Args:
+        units: int. Key dimension of the attention (the tutorial uses the
+            model's `units`).
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        x: float tensor `(batch, t, dim)`, the query.
+        context: float tensor `(batch, s, dim_context)`.
+        context_mask: optional boolean `(batch, s)`, True at real positions.
+            When omitted, the Keras mask of `context` is used (set by
+            `Encoder`), if any; otherwise every position is attended.
+        return_attention_weights: bool. Also return the attention weights
+            `(batch, t, s)`, averaged over heads.
+
+    Returns:
+        `(batch, t, dim)`, and the weights when asked.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = CrossAttention(units=8)
+    >>> x = np.zeros((2, 3, 8), "float32")
+    >>> context = np.ones((2, 5, 8), "float32")
+    >>> mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    >>> y, w = layer(x, context, context_mask=mask,
+    ...              return_attention_weights=True)
+    >>> tuple(w.shape)
+    (2, 3, 5)
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+        - [TensorFlow tutorial: Neural machine translation with attention](
+          https://www.tensorflow.org/text/tutorials/nmt_with_attention)
+    """
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.mha = keras.layers.MultiHeadAttention(
+            key_dim=self.units,
+            num_heads=1,
+            dtype=self.dtype_policy,
+            name="mha",
+        )
+        self.layernorm = keras.layers.LayerNormalization(
+            dtype=self.dtype_policy, name="layernorm"
+        )
+        self.add = keras.layers.Add(dtype=self.dtype_policy, name="add")
+        self.supports_masking = True
+
+    def build(self, x_shape, context_shape):
+        x_shape = tuple(x_shape)
+        self.mha.build(x_shape, tuple(context_shape))
+        self.layernorm.build(x_shape)
+        self.add.build([x_shape, x_shape])
+        self.built = True
+
+    def call(
+        self, x, context, context_mask=None, return_attention_weights=False
+    ):
+        if context_mask is not None:
+            context_mask = ops.cast(context_mask, "bool")
+        with masks_hidden(x, context):
+            attended, scores = self.mha(
+                query=x,
+                value=context,
+                value_mask=context_mask,
+                return_attention_scores=True,
+            )
+            y = self.layernorm(self.add([x, attended]))
+        if return_attention_weights:
+            return y, ops.mean(scores, axis=1)
+        return y
+
+    def compute_mask(self, x, previous_mask=None):
+        # Keeps the query's mask, as a residual block does.
+        return previous_mask
+
+    def compute_output_shape(self, x_shape, context_shape):
+        return tuple(x_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"units": self.units})
+        return config

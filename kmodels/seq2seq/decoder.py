@@ -1,0 +1,138 @@
+"""The seq2seq decoder: embedding, GRU, cross-attention, output logits."""
+
+import keras
+
+from kmodels.seq2seq.cross_attention import CrossAttention
+from kmodels.seq2seq.masking import padding_mask
+from kmodels.seq2seq.masking import without_mask
+
+
+@keras.saving.register_keras_serializable(package="kmodels")
+class Decoder(keras.layers.Layer):
+    """Predicts next-token logits from target ids and an encoder context.
+
+    `Embedding(mask_zero=True)`, `GRU(units, return_sequences=True,
+    return_state=True)`, `CrossAttention(units)` over the context, then
+    `Dense(vocabulary_size)`, as in the TensorFlow "NMT with attention"
+    tutorial and in the same order, so the tutorial decoder's `get_weights()`
+    fit this layer's `set_weights()` (the tutorial's `StringLookup` layers
+    hold no weights).
+
+    Id 0 in `x` is padding: the GRU skips it (state carried over), so the
+    returned state is the state after the last real token. The context mask
+    is taken from `context_mask` when given, else from the Keras mask that
+    `Encoder` attaches to the context. Pass it explicitly when the context
+    did not come straight from an `Encoder` call (e.g. a stored context).
+
+    Args:
+        vocabulary_size: int. Number of target token ids (logits per step).
+        units: int. Embedding, GRU and attention size.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        context: float `(batch, s, units)` from `Encoder`.
+        x: int `(batch, t)` target ids, right-padded with 0.
+        state: optional float `(batch, units)`, the GRU's initial state
+            (zeros when omitted).
+        return_state: bool. Also return the final GRU state.
+        context_mask: optional boolean `(batch, s)`.
+        return_attention_weights: bool. Also return the attention weights
+            `(batch, t, s)`.
+
+    Returns:
+        `logits (batch, t, vocabulary_size)`, followed by `state` and then
+        the attention weights when asked, in that order.
+
+    Example:
+    >>> import numpy as np
+    >>> encoder = Encoder(vocabulary_size=20, units=8)
+    >>> decoder = Decoder(vocabulary_size=30, units=8)
+    >>> tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]])
+    >>> context = encoder(tokens)
+    >>> logits, state = decoder(context, np.array([[2, 9], [2, 0]]),
+    ...                         context_mask=tokens != 0, return_state=True)
+    >>> tuple(logits.shape), tuple(state.shape)
+    ((2, 2, 30), (2, 8))
+
+    References:
+        - [Bahdanau et al., 2015](https://arxiv.org/abs/1409.0473)
+        - [TensorFlow tutorial: Neural machine translation with attention](
+          https://www.tensorflow.org/text/tutorials/nmt_with_attention)
+    """
+
+    def __init__(self, vocabulary_size, units, **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary_size = int(vocabulary_size)
+        self.units = int(units)
+        self.embedding = keras.layers.Embedding(
+            self.vocabulary_size,
+            self.units,
+            mask_zero=True,
+            dtype=self.dtype_policy,
+            name="embedding",
+        )
+        self.rnn = keras.layers.GRU(
+            self.units,
+            return_sequences=True,
+            return_state=True,
+            recurrent_initializer="glorot_uniform",
+            dtype=self.dtype_policy,
+            name="rnn",
+        )
+        self.attention = CrossAttention(
+            self.units, dtype=self.dtype_policy, name="attention"
+        )
+        self.output_layer = keras.layers.Dense(
+            self.vocabulary_size, dtype=self.dtype_policy, name="output_layer"
+        )
+        self.supports_masking = True
+
+    def build(self, context_shape, x_shape, state_shape=None):
+        x_shape = tuple(x_shape)
+        hidden_shape = x_shape + (self.units,)
+        self.embedding.build(x_shape)
+        self.rnn.build(hidden_shape)
+        self.attention.build(hidden_shape, tuple(context_shape))
+        self.output_layer.build(hidden_shape)
+        self.built = True
+
+    def call(
+        self,
+        context,
+        x,
+        state=None,
+        return_state=False,
+        context_mask=None,
+        return_attention_weights=False,
+    ):
+        x_mask = padding_mask(x)
+        h = without_mask(self.embedding(x))
+        h, state = self.rnn(h, initial_state=state, mask=x_mask)
+        h, weights = self.attention(
+            without_mask(h),
+            context,
+            context_mask=context_mask,
+            return_attention_weights=True,
+        )
+        # No mask on the logits: Keras losses would reweight by it, and
+        # `masked_loss` already excludes padding.
+        logits = without_mask(self.output_layer(without_mask(h)))
+        outputs = (logits,)
+        if return_state:
+            outputs += (state,)
+        if return_attention_weights:
+            outputs += (weights,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def compute_mask(self, context, previous_mask=None):
+        return None
+
+    def compute_output_shape(self, context_shape, x_shape, state_shape=None):
+        return tuple(x_shape) + (self.vocabulary_size,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"vocabulary_size": self.vocabulary_size, "units": self.units}
+        )
+        return config

@@ -1,0 +1,286 @@
+"""The seq2seq translator: an `Encoder` and a `Decoder`, with generation."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from kmodels.backend.compiled import compile_reader
+from kmodels.seq2seq.decoder import Decoder
+from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.masking import padding_mask
+
+
+def check_token_range(tokens, vocabulary_size, name="context_tokens"):
+    """Returns `tokens` as an int32 NumPy array `(batch, s)`, or raises a
+    `ValueError` naming the allowed range and the values received.
+
+    Keras' `Embedding` returns NaN for an out-of-range id on JAX (and raises
+    on the other backends), so ids are checked eagerly, before any compiled
+    step."""
+    array = np.asarray(ops.convert_to_numpy(tokens))
+    if array.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2-D array of token ids (batch, s); got shape "
+            f"{array.shape}"
+        )
+    if not np.issubdtype(array.dtype, np.integer):
+        rounded = np.round(array)
+        if not np.all(rounded == array):
+            raise ValueError(
+                f"{name} must hold integer token ids; got dtype {array.dtype}"
+            )
+    if array.size and (array.min() < 0 or array.max() >= vocabulary_size):
+        bad = array[(array < 0) | (array >= vocabulary_size)]
+        raise ValueError(
+            f"{name} must lie in [0, {vocabulary_size}) (vocabulary_size="
+            f"{vocabulary_size}); got values {sorted(set(bad.tolist()))[:5]}"
+            f" (min {array.min()}, max {array.max()})"
+        )
+    return array.astype("int32")
+
+
+@keras.saving.register_keras_serializable(package="kmodels")
+class Translator(keras.Model):
+    """Attention-based sequence-to-sequence model returning logits.
+
+    An `Encoder` over the context ids and a `Decoder` over the (shifted)
+    target ids; `call((context_tokens, target_in))` returns the decoder's
+    logits `(batch, t, target_vocabulary_size)`, to train with `masked_loss`
+    against `target_out` (the targets shifted by one). The tutorial's
+    version of this model returned the context by mistake.
+
+    The start and end ids are constructor arguments. With a
+    `keras.layers.TextVectorization` vocabulary they are the positions of
+    the `[START]` and `[END]` tokens:
+    `vocab = vectorizer.get_vocabulary(); start_id = vocab.index("[START]")`.
+    The defaults (2 and 3) are where those tokens land when every sentence
+    is wrapped in `[START] ... [END]` (after `''` and `[UNK]`), but pass the
+    looked-up values.
+
+    To reuse a pretrained encoder (e.g. from an `Autoencoder`), pass it as
+    `encoder=`; set `encoder.trainable = False` (then compile) to freeze it.
+    The sizes may then be left as `None` and are read from the encoder.
+
+    Args:
+        context_vocabulary_size: int. Ids of the source side.
+        target_vocabulary_size: int. Ids of the target side (logits width).
+        units: int. Size of every layer.
+        start_id: int. Id fed to the decoder first in `generate`.
+        end_id: int. Id that ends a generated sequence.
+        encoder: optional `Encoder` to use instead of a new one.
+        **kwargs: other `keras.Model` arguments.
+
+    Call arguments:
+        inputs: tuple `(context_tokens (batch, s), target_in (batch, t))`,
+            both int and right-padded with 0.
+
+    Example:
+    >>> import numpy as np
+    >>> model = Translator(20, 30, units=8, start_id=2, end_id=3)
+    >>> context = np.array([[5, 6, 7, 0]])
+    >>> logits = model((context, np.array([[2, 9, 10]])))
+    >>> tuple(logits.shape)
+    (1, 3, 30)
+    >>> ids, attention = model.generate(context, max_length=6)
+    >>> tuple(ids.shape), tuple(attention.shape)
+    ((1, 6), (1, 6, 4))
+    """
+
+    def __init__(
+        self,
+        context_vocabulary_size=None,
+        target_vocabulary_size=None,
+        units=None,
+        start_id=2,
+        end_id=3,
+        encoder=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(encoder, dict):
+            encoder = keras.saving.deserialize_keras_object(encoder)
+        if encoder is not None:
+            if not isinstance(encoder, Encoder):
+                raise ValueError(
+                    "encoder must be a kmodels.seq2seq.Encoder; got "
+                    f"{type(encoder).__name__}"
+                )
+            for arg, value, expected in (
+                ("context_vocabulary_size", context_vocabulary_size,
+                 encoder.vocabulary_size),
+                ("units", units, encoder.units),
+            ):
+                if value is not None and int(value) != expected:
+                    raise ValueError(
+                        f"{arg}={value} does not match the encoder's "
+                        f"{expected}"
+                    )
+            context_vocabulary_size = encoder.vocabulary_size
+            units = encoder.units
+        if None in (context_vocabulary_size, target_vocabulary_size, units):
+            raise ValueError(
+                "Translator needs context_vocabulary_size, "
+                "target_vocabulary_size and units (or an encoder); got "
+                f"{context_vocabulary_size}, {target_vocabulary_size}, "
+                f"{units}"
+            )
+        self.context_vocabulary_size = int(context_vocabulary_size)
+        self.target_vocabulary_size = int(target_vocabulary_size)
+        self.units = int(units)
+        self.start_id = int(start_id)
+        self.end_id = int(end_id)
+        for name, value in (("start_id", start_id), ("end_id", end_id)):
+            if not 0 < int(value) < self.target_vocabulary_size:
+                raise ValueError(
+                    f"{name} must lie in [1, {self.target_vocabulary_size});"
+                    f" got {value}"
+                )
+        self.encoder = encoder or Encoder(
+            self.context_vocabulary_size, self.units, name="encoder"
+        )
+        self.decoder = Decoder(
+            self.target_vocabulary_size, self.units, name="decoder"
+        )
+        self._generators = {}
+
+    def build(self, inputs_shape):
+        context_shape, target_shape = (tuple(s) for s in inputs_shape)
+        if not self.encoder.built:
+            self.encoder.build(context_shape)
+        self.decoder.build(context_shape + (self.units,), target_shape)
+        self.built = True
+
+    def call(self, inputs, training=None):
+        context_tokens, target_in = inputs
+        context = self.encoder(context_tokens, training=training)
+        return self.decoder(
+            context,
+            target_in,
+            context_mask=padding_mask(context_tokens),
+            training=training,
+        )
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape[1]) + (self.target_vocabulary_size,)
+
+    def generate(self, context_tokens, max_length=50, temperature=0.0,
+                 seed=None):
+        """Generates target ids for a batch of context ids.
+
+        Greedy (argmax) at `temperature=0`, else sampled from
+        `softmax(logits / temperature)`. A sequence stops at `end_id`: the
+        end id itself and everything after it are 0, as are the attention
+        rows there. On TensorFlow and JAX the whole loop is one compiled
+        `keras.ops.while_loop` (traced once per input shape, `max_length`
+        and greedy/sampling); on torch it runs eagerly.
+
+        Args:
+            context_tokens: int `(batch, s)`, right-padded with 0; ids must
+                lie in `[0, context_vocabulary_size)` (checked eagerly).
+            max_length: int. Number of generated positions.
+            temperature: float >= 0.
+            seed: optional int. With a seed, sampling is reproducible (on a
+                given backend); without, each call draws afresh.
+
+        Returns:
+            `(ids, attention)`: int32 `(batch, max_length)` and float
+            `(batch, max_length, s)`.
+        """
+        tokens = check_token_range(
+            context_tokens, self.context_vocabulary_size
+        )
+        max_length = int(max_length)
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1; got {max_length}")
+        temperature = float(temperature)
+        if not temperature >= 0.0:
+            raise ValueError(f"temperature must be >= 0; got {temperature}")
+        if not self.built:
+            self.build((tokens.shape, (tokens.shape[0], 1)))
+        sample = temperature > 0.0
+        if sample:
+            uniforms = keras.random.uniform(
+                (tokens.shape[0], max_length), seed=seed
+            )
+        else:
+            uniforms = ops.zeros((tokens.shape[0], max_length))
+        key = (max_length, sample)
+        if key not in self._generators:
+
+            def loop(tokens, uniforms, temperature):
+                return self._generate_loop(
+                    tokens, uniforms, temperature, max_length, sample
+                )
+
+            self._generators[key] = compile_reader(loop, self.variables)
+        return self._generators[key](
+            ops.convert_to_tensor(tokens, "int32"),
+            uniforms,
+            ops.convert_to_tensor(temperature if sample else 1.0, "float32"),
+        )
+
+    def _generate_loop(self, tokens, uniforms, temperature, max_length,
+                       sample):
+        context = self.encoder(tokens)
+        context_mask = padding_mask(tokens)
+        batch, s = ops.shape(tokens)[0], ops.shape(tokens)[1]
+        positions = ops.arange(max_length, dtype="int32")
+
+        def cond(i, token, state, done, ids, attention):
+            return ops.logical_and(
+                ops.less(i, max_length),
+                ops.logical_not(ops.all(done)),
+            )
+
+        def body(i, token, state, done, ids, attention):
+            logits, state, weights = self.decoder(
+                context,
+                token,
+                state=state,
+                return_state=True,
+                context_mask=context_mask,
+                return_attention_weights=True,
+            )
+            logits = logits[:, 0, :]
+            if sample:
+                probs = ops.softmax(logits / temperature, axis=-1)
+                cdf = ops.cumsum(probs, axis=-1)
+                u = ops.take(uniforms, i, axis=1)[:, None]
+                # Inverse-CDF sampling: the first id whose cumulative
+                # probability exceeds u.
+                nxt = ops.sum(ops.cast(ops.less(cdf, u), "int32"), axis=-1)
+                nxt = ops.minimum(nxt, self.target_vocabulary_size - 1)
+            else:
+                nxt = ops.cast(ops.argmax(logits, axis=-1), "int32")
+            done = ops.logical_or(done, ops.equal(nxt, self.end_id))
+            nxt = ops.where(done, 0, nxt)
+            here = ops.equal(positions, i)[None, :]
+            ids = ops.where(here, nxt[:, None], ids)
+            keep = ops.logical_and(here[:, :, None], ~done[:, None, None])
+            attention = ops.where(keep, weights, attention)
+            return i + 1, nxt[:, None], state, done, ids, attention
+
+        loop_vars = (
+            ops.convert_to_tensor(0, "int32"),
+            ops.full((batch, 1), self.start_id, dtype="int32"),
+            ops.zeros((batch, self.units), dtype=self.compute_dtype),
+            ops.zeros((batch,), dtype="bool"),
+            ops.zeros((batch, max_length), dtype="int32"),
+            ops.zeros((batch, max_length, s), dtype=self.compute_dtype),
+        )
+        out = ops.while_loop(cond, body, loop_vars)
+        return out[4], out[5]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "context_vocabulary_size": self.context_vocabulary_size,
+                "target_vocabulary_size": self.target_vocabulary_size,
+                "units": self.units,
+                "start_id": self.start_id,
+                "end_id": self.end_id,
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+            }
+        )
+        return config
