@@ -41,9 +41,7 @@ class ParityStore:
         """Keeps `array` under `name`; backends must agree within
         `|a - b| <= atol + rtol * |b|` elementwise."""
         array = np.asarray(array)
-        if name in self.arrays and not np.array_equal(
-            self.arrays[name], array
-        ):
+        if name in self.arrays and not np.array_equal(self.arrays[name], array):
             raise ValueError(f"parity name {name!r} recorded twice")
         self.arrays[name] = array
         self.tolerances[name] = {"atol": float(atol), "rtol": float(rtol)}
@@ -103,9 +101,7 @@ def compare(directory, backends=BACKENDS):
             diff = np.abs(x - y)
             scale = np.maximum(np.abs(x), np.abs(y))
             rel = np.where(scale > 0, diff / np.where(scale > 0, scale, 1), 0)
-            passed = bool(
-                np.all(diff <= tol["atol"] + tol["rtol"] * np.abs(y))
-            )
+            passed = bool(np.all(diff <= tol["atol"] + tol["rtol"] * np.abs(y)))
             ok &= passed
             row.update(
                 max_abs=float(diff.max()) if diff.size else 0.0,

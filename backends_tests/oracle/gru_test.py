@@ -41,9 +41,7 @@ def test_gru_with_mask_keeps_state_through_padding(rng, randomize, parity):
     seq, state = map(np_, layer(x, mask=mask))
     ref_seq, ref_state = oracle.gru(x, *w, mask=mask)
     np.testing.assert_allclose(state, ref_state, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(
-        seq[mask], ref_seq[mask], rtol=RTOL, atol=ATOL
-    )
+    np.testing.assert_allclose(seq[mask], ref_seq[mask], rtol=RTOL, atol=ATOL)
     # The final state of a padded row is its state at its last real step.
     np.testing.assert_allclose(state[1], ref_seq[1, 3], rtol=RTOL, atol=ATOL)
     parity.record("oracle/gru_masked_state", state, atol=ATOL, rtol=RTOL)
@@ -74,8 +72,10 @@ def test_bidirectional_sum_with_mask(rng, randomize, parity):
     )
     np.testing.assert_allclose(seq[mask], ref_seq[mask], rtol=RTOL, atol=ATOL)
     parity.record(
-        "oracle/bigru_sum_masked", np.where(mask[..., None], seq, 0),
-        atol=ATOL, rtol=RTOL,
+        "oracle/bigru_sum_masked",
+        np.where(mask[..., None], seq, 0),
+        atol=ATOL,
+        rtol=RTOL,
     )
 
 

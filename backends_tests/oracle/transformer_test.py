@@ -48,9 +48,7 @@ def test_token_position_transformer_encoder(rng, randomize, parity):
         pos_table, seq
     )
     ref = oracle.transformer_encoder(ref_x, *weights, padding_mask=padding)
-    np.testing.assert_allclose(
-        out[padding], ref[padding], rtol=RTOL, atol=ATOL
-    )
+    np.testing.assert_allclose(out[padding], ref[padding], rtol=RTOL, atol=ATOL)
     parity.record(
         "oracle/transformer_encoder",
         np.where(padding[..., None], out, 0.0),

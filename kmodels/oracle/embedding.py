@@ -13,7 +13,6 @@ def embedding(ids, table):
         raise TypeError(f"ids must be integers; got dtype {ids.dtype}")
     if ids.size and (ids.min() < 0 or ids.max() >= len(table)):
         raise IndexError(
-            f"ids must lie in [0, {len(table)}); got [{ids.min()}, "
-            f"{ids.max()}]"
+            f"ids must lie in [0, {len(table)}); got [{ids.min()}, {ids.max()}]"
         )
     return np.asarray(table, np.float64)[ids]

@@ -20,8 +20,8 @@ def sine_position_encoding(
 ):
     """Sinusoidal positions of Vaswani et al. (2017), section 3.5.
 
-        PE(p, 2i)   = sin(p / max_wavelength^(2i / dim))
-        PE(p, 2i+1) = cos(p / max_wavelength^(2i / dim))
+    PE(p, 2i)   = sin(p / max_wavelength^(2i / dim))
+    PE(p, 2i+1) = cos(p / max_wavelength^(2i / dim))
     """
     p = np.arange(start_index, start_index + sequence_length)[:, None]
     i = np.arange(dim)[None, :]
