@@ -148,8 +148,8 @@ CASES = (
     Case("growable_1m", "Embedding train step",
          "kmodels GrowableEmbedding, large table", _K,
          "benchmarks.growable:growable_embedding", "embedding_large"),
-    Case("growth_event", "Embedding train step",
-         "kmodels GrowableEmbedding, one growth (small to 2x)", _K,
+    Case("growth_event", "Embedding growth event",
+         "kmodels GrowableEmbedding: fit + 1 growth", _K,
          "benchmarks.growable:growth_event", "embedding_small"),
 )  # fmt: skip
 

@@ -16,6 +16,8 @@ import sys
 import time
 import traceback
 
+from benchmarks import timing
+
 PREFIX = "BENCH_RESULT "
 
 
@@ -71,6 +73,7 @@ def main(argv=None):
     parser.add_argument("--backend", required=True, choices=cases.ALL_BACKENDS)
     parser.add_argument("--cases", required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", help="folder for per-case profiles")
     args = parser.parse_args(argv)
     if args.backend in cases.KERAS_BACKENDS:
         expected = os.environ.get("KERAS_BACKEND")
@@ -80,6 +83,10 @@ def main(argv=None):
                 f"imported; got {expected!r}."
             )
     for name in args.cases.split(","):
+        if args.profile:
+            timing.PROFILE.update(
+                dir=args.profile, stem=f"{name}-{args.backend}"
+            )
         record = _run_case(cases.CASES_BY_NAME[name], args.backend, args.quick)
         sys.stdout.write(PREFIX + json.dumps(record) + "\n")
         sys.stdout.flush()

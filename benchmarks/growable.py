@@ -5,8 +5,9 @@ import time
 
 import numpy as np
 
-from benchmarks.child import NotAvailable, require
-from benchmarks.timing import measure, summarize
+from benchmarks.child import require
+from benchmarks.timing import measure
+from benchmarks.timing import summarize
 
 
 def _batch(sizes, high=None):
@@ -58,30 +59,43 @@ def growable_embedding(sizes, timing):
     return dict(stats, flops=0)
 
 
-_GROW_METHODS = ("grow", "ensure_capacity", "maybe_grow", "resize")
-
-
 def growth_event(sizes, timing):
-    """One growth (capacity `rows` -> at least `2 * rows`) between steps:
-    the time of the growth call plus the first train step after it (which
-    includes the recompilation), minus the median steady step."""
+    """One growth between steps inside `model.fit` with
+    `kmodels.layers.EmbeddingGrowth`: a one-batch `fit` whose batch holds one
+    id past the capacity (one growth, the step recompiles) minus the same
+    one-batch `fit` without a new id. Reported: the growth fits' times, the
+    steady fits' median and their difference (`growth_cost_ms`)."""
+    EmbeddingGrowth = require("kmodels.layers", "EmbeddingGrowth")
     layer = _growable(sizes)
     model = _model(layer, sizes)
     ids, target = _batch(sizes)
-    steady = measure(lambda: model.train_on_batch(ids, target), **timing)
-    grow = next(
-        (getattr(layer, m) for m in _GROW_METHODS if hasattr(layer, m)), None
-    )
-    if grow is None:
-        raise NotAvailable(
-            f"GrowableEmbedding has none of {_GROW_METHODS}: growth API unknown"
+
+    def fit(x):
+        t0 = time.perf_counter()
+        model.fit(
+            x,
+            target,
+            batch_size=len(x),
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[EmbeddingGrowth()],
         )
-    new_ids, _ = _batch(sizes, high=2 * sizes["rows"])
-    t0 = time.perf_counter()
-    grow(2 * sizes["rows"])
-    model.train_on_batch(new_ids, target)
-    event = time.perf_counter() - t0
-    result = summarize([event])
+        return time.perf_counter() - t0
+
+    fit(ids)  # compiles
+    repeats = max(1, min(3, timing["min_steps"]))
+    steady = summarize([fit(ids) for _ in range(repeats)])
+    grown, capacities = [], [layer.capacity]
+    for _ in range(repeats):
+        new_ids = ids.copy()
+        new_ids[0, 0] = layer.capacity  # one id past the end: one growth
+        grown.append(fit(new_ids))
+        capacities.append(layer.capacity)
+    if len(set(capacities)) != len(capacities):
+        raise RuntimeError(f"the table did not grow: capacities {capacities}")
+    result = summarize(grown)
     result["steady_median_ms"] = steady["median_ms"]
     result["growth_cost_ms"] = result["median_ms"] - steady["median_ms"]
+    result["capacities"] = capacities
     return dict(result, flops=0)

@@ -9,7 +9,8 @@ vocabulary sizes and start/end ids are given as integers instead of a
 so the baseline measured here is, if anything, faster than the tutorial).
 """
 
-from benchmarks import data, flops
+from benchmarks import data
+from benchmarks import flops
 from benchmarks.timing import measure
 
 

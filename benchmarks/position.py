@@ -3,7 +3,8 @@ keras-hub's TokenAndPositionEmbedding, same model otherwise."""
 
 import numpy as np
 
-from benchmarks import data, flops
+from benchmarks import data
+from benchmarks import flops
 from benchmarks.child import require
 from benchmarks.timing import measure
 
@@ -24,7 +25,9 @@ def _hub_classifier(sizes):
         mask_zero=True,
     )
     x = embedding(inputs)
-    padding_mask = embedding.compute_mask(inputs)
+    # TokenAndPositionEmbedding has no compute_mask of its own: the padding
+    # mask is `ids != 0`, what Embedding(mask_zero=True) computes.
+    padding_mask = keras.ops.not_equal(inputs, 0)
     for _ in range(sizes["layers"]):
         x = keras_hub.layers.TransformerEncoder(
             intermediate_dim=sizes["intermediate_dim"],

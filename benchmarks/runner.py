@@ -7,11 +7,13 @@ prints the tables, writes `<out>/<date>.json` and `<out>/<date>.png`, and
 """
 
 import argparse
+import concurrent.futures
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,11 +50,30 @@ def installed_backends():
     ]
 
 
-def child_env(backend, base=None):
+# Thread-pool sizes of the libraries, set by `--threads N` only.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+)
+
+
+def child_env(backend, base=None, threads=None):
     """The environment of a child for `backend`: KERAS_BACKEND set before
     any import, Keras 2 selected for `tf_keras`, the slow-BLAS variables
-    dropped, the repository on PYTHONPATH."""
+    dropped, the repository on PYTHONPATH; with `threads`, the OpenMP, MKL,
+    OpenBLAS and TensorFlow intra-op pools limited to that many threads and
+    XLA's CPU Eigen pool turned off when `threads == 1`."""
     env = dict(os.environ if base is None else base)
+    if threads:
+        for name in THREAD_VARIABLES:
+            env[name] = str(threads)
+        if threads == 1:
+            flags = env.get("XLA_FLAGS", "")
+            env["XLA_FLAGS"] = (
+                flags + " --xla_cpu_multi_thread_eigen=false"
+            ).strip()
     for name in SLOW_BLAS_VARIABLES:
         env.pop(name, None)
     env.pop("TF_USE_LEGACY_KERAS", None)
@@ -110,7 +131,16 @@ def select_cases(patterns):
     return chosen
 
 
-def run_group(backend, names, quick, timeout, on_result, on_start=None):
+def run_group(
+    backend,
+    names,
+    quick,
+    timeout,
+    on_result,
+    on_start=None,
+    profile=None,
+    threads=None,
+):
     """Runs one child; calls `on_result(record)` for every case as it ends.
     Cases the child did not report (crash, timeout) get an "error" record."""
     command = [
@@ -124,12 +154,14 @@ def run_group(backend, names, quick, timeout, on_result, on_start=None):
     ]
     if quick:
         command.append("--quick")
+    if profile:
+        command += ["--profile", profile]
     seen = set()
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=child_env(backend),
+            env=child_env(backend, threads=threads),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -166,6 +198,18 @@ def run_group(backend, names, quick, timeout, on_result, on_start=None):
                     "error": f"{why}: {tail}",
                 }
             )
+
+
+def docs_path_for(quick, docs, no_docs, full_set):
+    """The markdown file to update, or None: `--no-docs` wins, then an
+    explicit `--docs`; by default only a full-size run of every case on
+    every installed backend updates `docs/benchmarks.md` (a `--quick` run
+    never does unless `--docs` is given)."""
+    if no_docs:
+        return None
+    if docs:
+        return docs
+    return DOCS_PATH if (not quick and full_set) else None
 
 
 def _versions():
@@ -218,6 +262,28 @@ def parse_args(argv):
         f"{os.path.relpath(DOCS_PATH, ROOT)} on full runs of every case)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="subprocesses run at once (default 1; 2 with --quick, whose "
+        "timings are not measurements). Keep 1 for real figures.",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after timing, profile 3 more steps of each case (cProfile; "
+        "plus the torch profiler on torch) into <out>/profiles-<date>/",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="limit the OpenMP, MKL, OpenBLAS and TensorFlow thread pools "
+        "to N (and XLA's Eigen pool off for N=1; XLA's matmuls may still "
+        "use more threads). Default: each library's own choice. On a busy "
+        "machine torch's OpenMP threads spin and its times balloon.",
+    )
+    parser.add_argument(
         "--no-docs", action="store_true", help="do not update the docs"
     )
     parser.add_argument(
@@ -231,16 +297,16 @@ def parse_args(argv):
 
 def main(argv=None):
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn
+    from rich.progress import MofNCompleteColumn
+    from rich.progress import Progress
+    from rich.progress import TextColumn
+    from rich.progress import TimeElapsedColumn
 
     args = parse_args(argv)
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 160))
     available = installed_backends()
     if args.backends:
         wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -264,6 +330,10 @@ def main(argv=None):
         tempfile.mkdtemp(prefix="kmodels-bench-") if args.quick else RESULTS_DIR
     )
     os.makedirs(out_dir, exist_ok=True)
+    profile_dir = None
+    if args.profile:
+        profile_dir = os.path.join(out_dir, f"profiles-{report.today()}")
+        os.makedirs(profile_dir, exist_ok=True)
 
     results = []
     started = time.perf_counter()
@@ -289,8 +359,24 @@ def main(argv=None):
                     f"{record['error'][:300]}[/]"
                 )
 
-        for backend, names in groups:
-            run_group(backend, names, args.quick, timeout, on_result, on_start)
+        jobs = args.jobs or (2 if args.quick else 1)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            futures = [
+                pool.submit(
+                    run_group,
+                    backend,
+                    names,
+                    args.quick,
+                    timeout,
+                    on_result,
+                    on_start,
+                    profile_dir,
+                    args.threads,
+                )
+                for backend, names in groups
+            ]
+            for future in futures:
+                future.result()
 
     meta = {
         "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -300,6 +386,8 @@ def main(argv=None):
         + " ".join(sys.argv[1:] if argv is None else argv),
         "wall_s": round(time.perf_counter() - started, 1),
         "isolation": isolation,
+        "jobs": args.jobs or (2 if args.quick else 1),
+        "threads": args.threads,
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
@@ -315,10 +403,13 @@ def main(argv=None):
     for table in report.rich_tables(doc):
         console.print(table)
     full_set = not args.cases and set(backends) == set(available)
-    docs_path = args.docs or (
-        DOCS_PATH if not args.quick and full_set else None
-    )
-    if docs_path and not args.no_docs:
+    docs_path = docs_path_for(args.quick, args.docs, args.no_docs, full_set)
+    if docs_path:
+        # MkDocs serves files from docs/ only: the chart goes beside the page.
+        shutil.copyfile(
+            stem + ".png",
+            os.path.join(os.path.dirname(docs_path), report.DOCS_CHART),
+        )
         report.update_docs(docs_path, report.markdown(doc["results"],
                            doc["targets"], meta))  # fmt: skip
         console.print(f"updated {docs_path}")

@@ -5,7 +5,8 @@ import inspect
 
 import numpy as np
 
-from benchmarks import data, flops
+from benchmarks import data
+from benchmarks import flops
 from benchmarks.child import require
 from benchmarks.timing import measure
 

@@ -1,7 +1,16 @@
 """Step timing and its summary statistics (no Keras import here)."""
 
+import cProfile
+import io
+import os
+import pstats
 import statistics
 import time
+
+# Set by the child for `--profile`: a folder and the file stem of the case
+# being measured. When set, `measure` profiles a few extra steps.
+PROFILE = {"dir": None, "stem": None}
+PROFILE_STEPS = 3
 
 
 def summarize(seconds):
@@ -49,4 +58,42 @@ def measure(step, warmup=2, min_steps=5, max_steps=30, max_seconds=10.0):
             and time.perf_counter() - start > max_seconds
         ):
             break
+    if PROFILE["dir"]:
+        profile(step)
     return summarize(times)
+
+
+def profile(step, steps=PROFILE_STEPS):
+    """Writes where the time of `steps` more calls of `step` goes to
+    `PROFILE["dir"]/<stem>.txt`: Python functions by cumulative time
+    (cProfile) and, on torch, operators by self CPU time (torch profiler).
+    Call after warm-up so compilation is not in the profile."""
+    path = os.path.join(PROFILE["dir"], f"{PROFILE['stem']}.txt")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("cumulative")
+    stats.print_stats(40)
+    report = [
+        f"# {steps} steps, cProfile by cumulative time\n",
+        text.getvalue(),
+    ]
+    if os.environ.get("KERAS_BACKEND") == "torch" and not os.environ.get(
+        "TF_USE_LEGACY_KERAS"
+    ):
+        import torch
+
+        with torch.profiler.profile() as torch_profiler:
+            for _ in range(steps):
+                step()
+        report += [
+            f"\n# {steps} steps, torch profiler by self CPU time\n",
+            torch_profiler.key_averages().table(
+                sort_by="self_cpu_time_total", row_limit=30
+            ),
+        ]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(report))

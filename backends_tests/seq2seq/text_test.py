@@ -37,6 +37,16 @@ def test_standardize_whitespace_and_digits():
     )
 
 
+def test_split_digits_separates_numbers_from_letters():
+    p = TextProcessor(keep_digits=True, split_digits=True)
+    assert p.standardize("The 21st of May, 2nd ed.") == (
+        "[START] the 21 st of may , 2 nd ed . [END]"
+    )
+    # Off by default (the tutorial's behaviour with digits kept).
+    q = TextProcessor(keep_digits=True)
+    assert q.standardize("The 21st") == "[START] the 21st [END]"
+
+
 def test_vocabulary_order_and_reserved_ids():
     p = _processor()
     assert p.vocabulary == [
@@ -83,6 +93,8 @@ def test_round_trip_ids_to_strings():
     # gives a str; `separator` joins the tokens.
     assert p.decode([5, 6, 3, 0]) == "casa en"
     assert p.decode([[5, 6, 3, 7]], separator="") == ["casaen"]
+    # Only a leading [START] is a marker; padding also ends a row.
+    assert p.decode([[2, 5, 2, 6, 0, 7]]) == ["casa [START] en"]
     np.testing.assert_array_equal(
         p.tokens(ids[1]),
         ["[START]", "¿", "hola", "?", "[END]", "", "", ""],
@@ -103,16 +115,16 @@ def test_long_texts_are_truncated_and_keep_end():
     ]
 
 
-@pytest.mark.parametrize("text", ["", "   ", "日本", "@#$"])
-def test_empty_text_raises(text):
+def test_empty_text_raises():
     p = _processor()
-    with pytest.raises(ValueError, match=r"empty text at index 1"):
-        p(["hola", text])
-    # Standardising an empty text is well defined: markers only.
-    assert p.standardize(text) == "[START] [END]"
-    # adapt skips it.
+    for text in ["", "   ", "\t\n", "日本", "@#$"]:
+        with pytest.raises(ValueError, match=r"empty text at index 1"):
+            p(["hola", text])
+        # Standardising an empty text is well defined: markers only.
+        assert p.standardize(text) == "[START] [END]"
+    # adapt skips empty texts.
     q = TextProcessor()
-    q.adapt(["hola", text])
+    q.adapt(["hola", "", "日本"])
     assert q.vocabulary == ["", "[UNK]", "[START]", "[END]", "hola"]
 
 

@@ -79,7 +79,10 @@ class PatchEmbedding(keras.layers.Layer):
                 "PatchEmbedding expects images of shape (batch, height, "
                 f"width, channels); got shape {tuple(input_shape)}."
             )
-        for axis, size in (("height", input_shape[1]), ("width", input_shape[2])):
+        for axis, size in (
+            ("height", input_shape[1]),
+            ("width", input_shape[2]),
+        ):
             if size is not None and size % self.patch_size:
                 raise ValueError(
                     f"PatchEmbedding expects the image {axis} to be a "

@@ -107,9 +107,7 @@ class PositionalEmbedding(keras.layers.Layer):
         self.sequence_length = int(sequence_length)
         self.position = position
         self.merge = merge
-        self.position_initializer = keras.initializers.get(
-            position_initializer
-        )
+        self.position_initializer = keras.initializers.get(position_initializer)
         self.max_wavelength = max_wavelength
         if position == "learned":
             self.position_embedding = keras_hub.layers.PositionEmbedding(
@@ -124,6 +122,10 @@ class PositionalEmbedding(keras.layers.Layer):
                 dtype=self.dtype_policy,
                 name="position_embedding",
             )
+        # The position layers only read the embedded tensor's shape. Saying
+        # they support masking stops Keras warning, on every trace, that
+        # they drop the mask of the embedded tensor they are given.
+        self.position_embedding.supports_masking = True
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)

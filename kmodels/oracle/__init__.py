@@ -19,8 +19,13 @@ from kmodels.oracle.losses import masked_accuracy
 from kmodels.oracle.losses import masked_cross_entropy
 from kmodels.oracle.losses import sparse_softmax_cross_entropy
 from kmodels.oracle.normalization import layer_norm
+from kmodels.oracle.patch_embedding import patch_embedding
 from kmodels.oracle.position import learned_position_embedding
 from kmodels.oracle.position import sine_position_encoding
+from kmodels.oracle.seq2seq import seq2seq_decoder
+from kmodels.oracle.seq2seq import seq2seq_encoder
+from kmodels.oracle.seq2seq import seq2seq_loss
+from kmodels.oracle.sparse_optimizer import sparse_optimizer_step
 from kmodels.oracle.transformer import transformer_encoder
 
 __all__ = [
@@ -34,8 +39,13 @@ __all__ = [
     "masked_cross_entropy",
     "multi_head_attention",
     "numerical_gradient",
+    "patch_embedding",
+    "seq2seq_decoder",
+    "seq2seq_encoder",
+    "seq2seq_loss",
     "sine_position_encoding",
     "softmax",
+    "sparse_optimizer_step",
     "sparse_softmax_cross_entropy",
     "transformer_encoder",
 ]

@@ -7,4 +7,18 @@ from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.losses import masked_acc
 from kmodels.seq2seq.losses import masked_loss
+from kmodels.seq2seq.text import TextProcessor
+from kmodels.seq2seq.translate import TextTranslator
 from kmodels.seq2seq.translator import Translator
+
+__all__ = [
+    "Autoencoder",
+    "CrossAttention",
+    "Decoder",
+    "Encoder",
+    "TextProcessor",
+    "TextTranslator",
+    "Translator",
+    "masked_acc",
+    "masked_loss",
+]

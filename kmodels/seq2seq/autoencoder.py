@@ -30,6 +30,7 @@ class Autoencoder(keras.Model):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import Autoencoder, Translator
     >>> model = Autoencoder(20, units=8)
     >>> tuple(model(np.array([[4, 5, 0]])).shape)
     (1, 3, 20)
@@ -65,6 +66,12 @@ class Autoencoder(keras.Model):
         if not self.encoder.built:
             self.encoder.build(tokens_shape)
         self.output_layer.build(tokens_shape + (self.units,))
+        # `trainable=False` from a config reaches only this layer's flag;
+        # the setter passes it on to the sublayers. (Set True first: on
+        # TensorFlow, assigning an attribute its current value is a no-op.)
+        if not self.trainable:
+            self.trainable = True
+            self.trainable = False
         self.built = True
 
     def call(self, tokens, training=None):

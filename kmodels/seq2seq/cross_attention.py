@@ -41,6 +41,7 @@ class CrossAttention(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import CrossAttention
     >>> layer = CrossAttention(units=8)
     >>> x = np.zeros((2, 3, 8), "float32")
     >>> context = np.ones((2, 5, 8), "float32")
@@ -76,6 +77,12 @@ class CrossAttention(keras.layers.Layer):
         self.mha.build(x_shape, tuple(context_shape))
         self.layernorm.build(x_shape)
         self.add.build([x_shape, x_shape])
+        # `trainable=False` from a config reaches only this layer's flag;
+        # the setter passes it on to the sublayers. (Set True first: on
+        # TensorFlow, assigning an attribute its current value is a no-op.)
+        if not self.trainable:
+            self.trainable = True
+            self.trainable = False
         self.built = True
 
     def call(

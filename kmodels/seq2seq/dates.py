@@ -6,8 +6,8 @@ styles below all translate to `"2021-03-03"`. The task needs attention (the
 day, month and year sit at different places in each style) but no download,
 and every label is checked against Python's `datetime` in the tests.
 
-Tokenisation: with `TextProcessor(punctuation=DATE_PUNCTUATION,
-keep_digits=True)` every number, word and separator is a token, so the target
+Tokenisation: with `TextProcessor(**DATE_TEXT)` every number, word, ordinal
+suffix and separator is a token (`"3rd"` -> `3 rd`), so the target
 `"2021-03-03"` becomes `[START] 2021 - 03 - 03 [END]` and each output token
 copies or maps one source token.
 """
@@ -23,6 +23,10 @@ LAST_DAY = datetime.date(2068, 12, 31)
 
 # Separators that become tokens of their own ("2021.03.03" -> 2021 . 03 . 03).
 DATE_PUNCTUATION = ".,/-"
+# TextProcessor settings for this corpus.
+DATE_TEXT = dict(
+    punctuation=DATE_PUNCTUATION, keep_digits=True, split_digits=True
+)
 
 _MONTHS = (
     "January February March April May June July August September October "

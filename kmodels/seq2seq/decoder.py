@@ -1,8 +1,11 @@
 """The seq2seq decoder: embedding, GRU, cross-attention, output logits."""
 
 import keras
+from keras import ops
 
 from kmodels.seq2seq.cross_attention import CrossAttention
+from kmodels.seq2seq.encoder import gather_steps
+from kmodels.seq2seq.encoder import is_eager_right_padded
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
@@ -45,6 +48,7 @@ class Decoder(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import Decoder, Encoder
     >>> encoder = Encoder(vocabulary_size=20, units=8)
     >>> decoder = Decoder(vocabulary_size=30, units=8)
     >>> tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]])
@@ -94,6 +98,12 @@ class Decoder(keras.layers.Layer):
         self.rnn.build(hidden_shape)
         self.attention.build(hidden_shape, tuple(context_shape))
         self.output_layer.build(hidden_shape)
+        # `trainable=False` from a config reaches only this layer's flag;
+        # the setter passes it on to the sublayers. (Set True first: on
+        # TensorFlow, assigning an attribute its current value is a no-op.)
+        if not self.trainable:
+            self.trainable = True
+            self.trainable = False
         self.built = True
 
     def call(
@@ -107,7 +117,10 @@ class Decoder(keras.layers.Layer):
     ):
         x_mask = padding_mask(x)
         h = without_mask(self.embedding(x))
-        h, state = self.rnn(h, initial_state=state, mask=x_mask)
+        if is_eager_right_padded(x_mask):
+            h, state = self._right_padded_rnn(h, state, x_mask)
+        else:
+            h, state = self.rnn(h, initial_state=state, mask=x_mask)
         h, weights = self.attention(
             without_mask(h),
             context,
@@ -123,6 +136,24 @@ class Decoder(keras.layers.Layer):
         if return_attention_weights:
             outputs += (weights,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _right_padded_rnn(self, h, state, mask):
+        """`self.rnn(h, initial_state=state, mask=mask)` for right-padded
+        rows, run without a mask (torch's GRU is a per-step Python loop
+        with any mask). At real steps the outputs are the unmasked GRU's; a
+        padded step repeats the last real output (zeros before any), and the
+        state is the one after the last real step, as Keras' masked GRU
+        does."""
+        if state is None:
+            state = ops.zeros((ops.shape(h)[0], self.units), h.dtype)
+        seq, _ = self.rnn(h, initial_state=state)
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1, keepdims=True)
+        last = ops.maximum(lengths - 1, 0)
+        last_output = gather_steps(seq, last)[:, 0]
+        started = lengths > 0
+        carried = ops.where(started, last_output, 0.0)
+        seq = ops.where(mask[..., None], seq, carried[:, None, :])
+        return seq, ops.where(started, last_output, state)
 
     def compute_mask(self, context, previous_mask=None):
         return None

@@ -1,6 +1,8 @@
 """The seq2seq encoder: token embedding and a bidirectional GRU."""
 
 import keras
+import numpy as np
+from keras import ops
 
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
@@ -17,6 +19,11 @@ class Encoder(keras.layers.Layer):
     (`tokens != 0`) is computed from the ids on every call and attached to the
     output with Keras' mask mechanism; downstream kmodels layers also accept it
     explicitly (`context_mask=`), which is what `Translator` does.
+
+    On torch, a right-padded batch runs both GRUs without a mask (same
+    weights and results at real positions; torch's GRU falls back to a slow
+    per-step loop with any mask); other batches and backends use the masked
+    `Bidirectional` call.
 
     The sublayers are `embedding` and `rnn`, in the tutorial's order, so
     `set_weights(tutorial_encoder.get_weights())` carries weights over (the
@@ -37,6 +44,7 @@ class Encoder(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import Encoder
     >>> encoder = Encoder(vocabulary_size=20, units=8)
     >>> context = encoder(np.array([[3, 4, 5, 0], [6, 7, 0, 0]]))
     >>> tuple(context.shape)
@@ -75,12 +83,43 @@ class Encoder(keras.layers.Layer):
         tokens_shape = tuple(tokens_shape)
         self.embedding.build(tokens_shape)
         self.rnn.build(tokens_shape + (self.units,))
+        # `trainable=False` from a config reaches only this layer's flag;
+        # the setter passes it on to the sublayers. (Set True first: on
+        # TensorFlow, assigning an attribute its current value is a no-op.)
+        if not self.trainable:
+            self.trainable = True
+            self.trainable = False
         self.built = True
 
     def call(self, tokens):
         mask = padding_mask(tokens)
         x = without_mask(self.embedding(tokens))
+        if is_eager_right_padded(mask):
+            return self._right_padded_rnn(x, mask)
         return without_mask(self.rnn(x, mask=mask))
+
+    def _right_padded_rnn(self, x, mask):
+        """`self.rnn(x, mask=mask)` for right-padded rows, without a mask.
+
+        Any mask sends torch's GRU to a per-step Python loop. With right
+        padding, the forward GRU at real positions is the unmasked GRU, and
+        the backward GRU is the unmasked backward GRU over each row rolled
+        so that its padding comes first (the backward pass reaches the real
+        tokens before the padding). Same weights (`rnn.forward_layer`,
+        `rnn.backward_layer`), same arithmetic; padded outputs are zero.
+        """
+        s = ops.shape(x)[1]
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1, keepdims=True)
+        positions = ops.arange(s, dtype="int32")[None, :]
+        forward = self.rnn.forward_layer(x)
+        # Left-padded copy: row position t holds x[t - (s - length)].
+        rolled = ops.mod(positions - (s - lengths), s)
+        backward = self.rnn.backward_layer(gather_steps(x, rolled))
+        # The backward GRU returns steps in processing order: step k read
+        # original position length - 1 - k.
+        aligned = ops.clip(lengths - 1 - positions, 0, s - 1)
+        backward = gather_steps(backward, aligned)
+        return ops.where(mask[..., None], forward + backward, 0.0)
 
     def compute_mask(self, tokens, mask=None):
         return padding_mask(tokens)
@@ -94,3 +133,25 @@ class Encoder(keras.layers.Layer):
             {"vocabulary_size": self.vocabulary_size, "units": self.units}
         )
         return config
+
+
+def gather_steps(x, index):
+    index = ops.broadcast_to(index[..., None], ops.shape(x))
+    return ops.take_along_axis(x, index, axis=1)
+
+
+def is_eager_right_padded(mask):
+    """True on torch (eager) when every row is real tokens then padding
+    (used by `Encoder` and `Decoder` to run their GRUs without a mask).
+
+    Only torch benefits (its GRU has a fused kernel without a mask only);
+    TensorFlow and JAX trace `call`, where the values are unknown.
+    """
+    if keras.backend.backend() != "torch":
+        return False
+    try:
+        m = np.asarray(ops.convert_to_numpy(mask))
+    except Exception:  # traced (e.g. torch.compile): keep the masked path
+        return False
+    lengths = m.sum(axis=1, keepdims=True)
+    return bool(np.all(m == (np.arange(m.shape[1])[None, :] < lengths)))

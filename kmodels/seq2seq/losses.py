@@ -38,8 +38,10 @@ def _check_shapes(name, y_true, y_pred):
 
 
 def _fmt(shape):
-    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + (
-        ",)" if len(shape) == 1 else ")"
+    return (
+        "("
+        + ", ".join("None" if d is None else str(d) for d in shape)
+        + (",)" if len(shape) == 1 else ")")
     )
 
 
@@ -67,6 +69,7 @@ def masked_loss(y_true, y_pred):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import masked_acc, masked_loss
     >>> y_true = np.array([[2, 1, 0]])
     >>> y_pred = np.zeros((1, 3, 4), "float32")
     >>> round(float(masked_loss(y_true, y_pred)), 4)  # log(4)
@@ -101,6 +104,7 @@ def masked_acc(y_true, y_pred):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import masked_acc, masked_loss
     >>> y_pred = np.eye(4, dtype="float32")[None, [2, 3, 1]]
     >>> float(masked_acc(np.array([[2, 1, 0]]), y_pred))
     0.5

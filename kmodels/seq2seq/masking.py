@@ -40,5 +40,3 @@ def without_mask(x):
     """Drops the Keras mask attached to `x` (a tensor this code created)."""
     set_keras_mask(x, None)
     return x
-
-

@@ -16,6 +16,8 @@ import numpy as np
 
 PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
+# Between a digit and a letter: "3rd" -> "3 rd" with `split_digits=True`.
+_DIGIT_LETTER = re.compile(r"(?<=[0-9])(?=[a-z])|(?<=[a-z])(?=[0-9])")
 
 
 def _as_list(texts, who):
@@ -77,6 +79,9 @@ class TextProcessor:
         punctuation: str. Characters kept as tokens of their own. The
             tutorial's set `".?!,¿"` by default.
         keep_digits: bool. Keep `0-9` (the tutorial drops them).
+        split_digits: bool. Make a run of digits and a run of letters
+            separate tokens (`"3rd"` -> `3 rd`), so a number is the same
+            token whatever its suffix.
         vocabulary: optional list of str, a vocabulary returned by
             `vocabulary` (reserved tokens first), e.g. to restore a saved
             processor.
@@ -102,6 +107,7 @@ class TextProcessor:
         max_length=64,
         punctuation=".?!,¿",
         keep_digits=False,
+        split_digits=False,
         vocabulary=None,
     ):
         if int(max_length) != max_length or max_length < 3:
@@ -117,6 +123,7 @@ class TextProcessor:
         self.max_length = int(max_length)
         self.punctuation = str(punctuation)
         self.keep_digits = bool(keep_digits)
+        self.split_digits = bool(split_digits)
         kept = "a-z" + ("0-9" if self.keep_digits else "")
         punct = re.escape(self.punctuation) if self.punctuation else ""
         self._drop = re.compile(f"[^ {kept}{punct}]")
@@ -138,6 +145,8 @@ class TextProcessor:
         text = unicodedata.normalize("NFKD", text).lower()
         text = re.sub(r"\s", " ", text)
         text = self._drop.sub("", text)
+        if self.split_digits:
+            text = _DIGIT_LETTER.sub(" ", text)
         if self._split is not None:
             text = self._split.sub(r" \1 ", text)
         return text.split()
@@ -272,8 +281,9 @@ class TextProcessor:
         return self._array[ids].astype(str)
 
     def decode(self, ids, separator=" "):
-        """Sentences from ids: `[START]` and padding dropped, each row cut
-        at its first `[END]`, tokens joined by `separator`.
+        """Sentences from ids: a leading `[START]` dropped, each row cut at
+        its first `[END]` or padding (0; `Translator.generate` pads from
+        `[END]` on), tokens joined by `separator`.
 
         Args:
             ids: ints of shape `(batch, length)` (or `(length,)`, which
@@ -300,11 +310,13 @@ class TextProcessor:
         out = []
         for row in ids:
             words = []
-            for i in row.tolist():
-                if i == self.end_id:
+            row = row.tolist()
+            if row and row[0] == self.start_id:
+                row = row[1:]
+            for i in row:
+                if i in (self.end_id, self.pad_id):
                     break
-                if i not in (self.pad_id, self.start_id):
-                    words.append(self._vocabulary[i])
+                words.append(self._vocabulary[i])
             out.append(separator.join(words))
         return out[0] if scalar else out
 
@@ -331,6 +343,7 @@ class TextProcessor:
             "max_length": self.max_length,
             "punctuation": self.punctuation,
             "keep_digits": self.keep_digits,
+            "split_digits": self.split_digits,
             "vocabulary": None
             if self._vocabulary is None
             else list(self._vocabulary),
@@ -345,5 +358,6 @@ class TextProcessor:
         return (
             f"TextProcessor(max_length={self.max_length}, "
             f"punctuation={self.punctuation!r}, "
-            f"keep_digits={self.keep_digits}, vocabulary_size={size})"
+            f"keep_digits={self.keep_digits}, "
+            f"split_digits={self.split_digits}, vocabulary_size={size})"
         )

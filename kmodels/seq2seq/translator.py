@@ -1,4 +1,15 @@
-"""The seq2seq translator: an `Encoder` and a `Decoder`, with generation."""
+"""The seq2seq translator: an `Encoder` and a `Decoder`, with generation.
+
+Freezing, per backend (Keras 3.15): setting `encoder.trainable = False`
+before the first `fit` (after `compile` or not) freezes it everywhere, and
+the optimizer creates no slots for it. Flipping the flag on a compiled model
+that has already trained, without recompiling, differs: TensorFlow reuses
+its traced train step and keeps training the encoder; JAX raises
+`ValueError` (the optimizer was built for the old variable list) and leaves
+the model's variables without values; torch (eager) honours the new flag but
+keeps the encoder's optimizer slots. `Translator.set_encoder_trainable`
+recompiles and behaves the same on all three.
+"""
 
 import keras
 import numpy as np
@@ -76,6 +87,7 @@ class Translator(keras.Model):
 
     Example:
     >>> import numpy as np
+    >>> from kmodels.seq2seq import Translator
     >>> model = Translator(20, 30, units=8, start_id=2, end_id=3)
     >>> context = np.array([[5, 6, 7, 0]])
     >>> logits = model((context, np.array([[2, 9, 10]])))
@@ -106,14 +118,16 @@ class Translator(keras.Model):
                     f"{type(encoder).__name__}"
                 )
             for arg, value, expected in (
-                ("context_vocabulary_size", context_vocabulary_size,
-                 encoder.vocabulary_size),
+                (
+                    "context_vocabulary_size",
+                    context_vocabulary_size,
+                    encoder.vocabulary_size,
+                ),
                 ("units", units, encoder.units),
             ):
                 if value is not None and int(value) != expected:
                     raise ValueError(
-                        f"{arg}={value} does not match the encoder's "
-                        f"{expected}"
+                        f"{arg}={value} does not match the encoder's {expected}"
                     )
             context_vocabulary_size = encoder.vocabulary_size
             units = encoder.units
@@ -148,6 +162,12 @@ class Translator(keras.Model):
         if not self.encoder.built:
             self.encoder.build(context_shape)
         self.decoder.build(context_shape + (self.units,), target_shape)
+        # `trainable=False` from a config reaches only this layer's flag;
+        # the setter passes it on to the sublayers. (Set True first: on
+        # TensorFlow, assigning an attribute its current value is a no-op.)
+        if not self.trainable:
+            self.trainable = True
+            self.trainable = False
         self.built = True
 
     def call(self, inputs, training=None):
@@ -163,12 +183,14 @@ class Translator(keras.Model):
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[1]) + (self.target_vocabulary_size,)
 
-    def generate(self, context_tokens, max_length=50, temperature=0.0,
-                 seed=None):
+    def generate(
+        self, context_tokens, max_length=50, temperature=0.0, seed=None
+    ):
         """Generates target ids for a batch of context ids.
 
         Greedy (argmax) at `temperature=0`, else sampled from
-        `softmax(logits / temperature)`. A sequence stops at `end_id`: the
+        `softmax(logits / temperature)`; the padding id 0 is never
+        produced. A sequence stops at `end_id`: the
         end id itself and everything after it are 0, as are the attention
         rows there. On TensorFlow and JAX the whole loop is one compiled
         `keras.ops.while_loop` (traced once per input shape, `max_length`
@@ -186,9 +208,7 @@ class Translator(keras.Model):
             `(ids, attention)`: int32 `(batch, max_length)` and float
             `(batch, max_length, s)`.
         """
-        tokens = check_token_range(
-            context_tokens, self.context_vocabulary_size
-        )
+        tokens = check_token_range(context_tokens, self.context_vocabulary_size)
         max_length = int(max_length)
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1; got {max_length}")
@@ -219,12 +239,12 @@ class Translator(keras.Model):
             ops.convert_to_tensor(temperature if sample else 1.0, "float32"),
         )
 
-    def _generate_loop(self, tokens, uniforms, temperature, max_length,
-                       sample):
+    def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
         context = self.encoder(tokens)
         context_mask = padding_mask(tokens)
         batch, s = ops.shape(tokens)[0], ops.shape(tokens)[1]
         positions = ops.arange(max_length, dtype="int32")
+        vocab_ids = ops.arange(self.target_vocabulary_size, dtype="int32")
 
         def cond(i, token, state, done, ids, attention):
             return ops.logical_and(
@@ -241,7 +261,8 @@ class Translator(keras.Model):
                 context_mask=context_mask,
                 return_attention_weights=True,
             )
-            logits = logits[:, 0, :]
+            # The padding id is never generated.
+            logits = ops.where(vocab_ids == 0, -1e9, logits[:, 0, :])
             if sample:
                 probs = ops.softmax(logits / temperature, axis=-1)
                 cdf = ops.cumsum(probs, axis=-1)
@@ -270,6 +291,26 @@ class Translator(keras.Model):
         )
         out = ops.while_loop(cond, body, loop_vars)
         return out[4], out[5]
+
+    def set_encoder_trainable(self, trainable):
+        """Freezes (`False`) or unfreezes (`True`) the encoder, the same way
+        on every backend.
+
+        Setting `encoder.trainable` on a model that is already compiled
+        behaves differently per backend (Keras 3.15, after a first `fit`):
+        TensorFlow keeps the traced train step and goes on training the
+        encoder, JAX raises a `ValueError` from the optimizer (it was built
+        for the old variable list), torch (eager) takes the change into
+        account. This method sets the flag and, when the model is compiled,
+        recompiles it from its own compile config, with a fresh optimizer of
+        the same configuration (its moments restart from zero).
+
+        Args:
+            trainable: bool.
+        """
+        self.encoder.trainable = bool(trainable)
+        if self.compiled:
+            self.compile_from_config(self.get_compile_config())
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,195 @@
+"""Derived metrics, targets, table formatting, JSON schema and the docs
+update of the benchmark report."""
+
+import json
+
+import pytest
+
+from benchmarks import report
+
+
+def _ok(case, backend, median_ms, **extra):
+    return dict(
+        case=case,
+        backend=backend,
+        status="ok",
+        median_ms=median_ms,
+        q1_ms=median_ms * 0.9,
+        q3_ms=median_ms * 1.1,
+        min_ms=median_ms * 0.8,
+        max_ms=median_ms * 1.2,
+        steps=5,
+        **extra,
+    )
+
+
+def _results():
+    """A synthetic run with round numbers whose ratios are known."""
+    return [
+        report.derive(r)
+        for r in [
+            _ok("matmul_numpy", "numpy", 100.0, flops=10e9),  # 100 GF/s
+            _ok("matmul_keras", "jax", 200.0, flops=10e9),  # 50 GF/s
+            _ok("seq2seq_train_original", "tf_keras", 400.0, flops=20e9),
+            _ok("seq2seq_train", "tensorflow", 320.0, flops=20e9),
+            _ok("seq2seq_train", "jax", 200.0, flops=20e9),  # 100 GF/s
+            _ok("seq2seq_train", "torch", 250.0, flops=20e9),
+            _ok("generate_original", "tf_keras", 1000.0, tokens=1000),
+            _ok("generate", "tensorflow", 100.0, tokens=1000),
+            _ok("generate", "jax", 400.0, tokens=1000),
+            _ok("bigru_unmasked", "torch", 100.0),
+            _ok("bigru_masked", "torch", 135.0),
+            {
+                "case": "transformer_positional",
+                "backend": "jax",
+                "status": "n/a",
+                "error": "kmodels.models.transformer_encoder not available",
+            },
+            _ok("transformer_hub", "jax", 50.0),
+        ]
+    ]
+
+
+def _target(targets, name, backend):
+    (row,) = [
+        t
+        for t in targets
+        if t["target"].startswith(name) and t["backend"] == backend
+    ]
+    return row
+
+
+def test_derive_adds_gflops_and_tokens_per_second():
+    record = report.derive(_ok("x", "jax", 250.0, flops=5e9, tokens=3200))
+    assert record["gflops"] == pytest.approx(20.0, rel=1e-12)
+    assert record["tokens_per_s"] == pytest.approx(12800.0, rel=1e-12)
+    # Failed records are left alone.
+    assert report.derive({"status": "error"}) == {"status": "error"}
+
+
+def test_peak_is_the_best_measured_matmul():
+    assert report.peak_gflops(_results()) == pytest.approx(100.0)
+    assert report.peak_gflops([]) is None
+
+
+def test_targets_ratios_and_verdicts():
+    targets = report.evaluate_targets(_results())
+    best = _target(targets, "Seq2Seq train: best speed-up", "jax")
+    assert best["value"] == pytest.approx(2.0) and best["met"] == "yes"
+    tf = _target(targets, "Seq2Seq train: speed-up", "tensorflow")
+    assert tf["value"] == pytest.approx(1.25) and tf["met"] == "no"
+    assert tf["goal"] == ">= 1.3"
+    peak = _target(targets, "Seq2Seq train: best GFLOP/s", "jax")
+    assert peak["value"] == pytest.approx(1.0) and peak["met"] == "yes"
+    torch_gru = _target(targets, "BiGRU: masked", "torch")
+    assert torch_gru["value"] == pytest.approx(1.35)
+    assert torch_gru["met"] == "no"
+    # The BiGRU target binds torch only; other backends are not measured.
+    assert _target(targets, "BiGRU: masked", "jax")["met"] == "n/a"
+    gen_tf = _target(targets, "Generation", "tensorflow")
+    assert gen_tf["value"] == pytest.approx(10.0) and gen_tf["met"] == "yes"
+    gen_jax = _target(targets, "Generation", "jax")
+    assert gen_jax["value"] == pytest.approx(2.5) and gen_jax["met"] == "no"
+    # A kmodels case that could not be imported gives "n/a", not a verdict.
+    pos = _target(targets, "PositionalEmbedding", "jax")
+    assert pos["value"] is None and pos["met"] == "n/a"
+
+
+def test_format_cell():
+    ok = report.derive(_ok("seq2seq_train", "jax", 200.0, flops=20e9))
+    assert report.format_cell(ok) == "200 (180-220) ms, 100.0 GF/s"
+    assert report.format_cell({"status": "n/a"}) == "n/a (not available)"
+    assert report.format_cell({"status": "error"}) == "error"
+    assert report.format_cell(None) == "-"
+    small = report.derive(_ok("embedding_10k", "jax", 0.8))
+    assert report.format_cell(small) == "0.80 (0.72-0.88) ms"
+
+
+def _meta():
+    return {
+        "created": "2026-01-02 03:04 UTC",
+        "quick": False,
+        "command": "python -m benchmarks",
+        "machine": {"cpu_count": 2},
+        "versions": {"keras": "3.15.1"},
+    }
+
+
+def test_markdown_table_rows():
+    results = _results()
+    text = report.markdown(results, report.evaluate_targets(results), _meta())
+    lines = text.splitlines()
+    header = (
+        "| workload | variant | numpy | tf_keras | tensorflow | jax | torch |"
+    )
+    assert header in lines
+    assert (
+        "| Seq2Seq train step | kmodels Translator | - | - | "
+        "320 (288-352) ms, 62.5 GF/s | 200 (180-220) ms, 100.0 GF/s | "
+        "250 (225-275) ms, 80.0 GF/s |"
+    ) in lines
+    assert (
+        "| Transformer encoder train step | kmodels PositionalEmbedding | "
+        "- | - | - | n/a (not available) | - |"
+    ) in lines
+    assert "Measured float32 matmul peak: 100.0 GFLOP/s." in lines
+    # Cases with no record at all are left out of the table.
+    assert not any("GrowableEmbedding" in line for line in lines[:20])
+
+
+def test_update_docs_replaces_only_the_marked_section(tmp_path):
+    path = tmp_path / "benchmarks.md"
+    path.write_text(
+        f"# Title\n\nbefore\n\n{report.DOCS_START}\nold table\n"
+        f"{report.DOCS_END}\n\nafter\n"
+    )
+    report.update_docs(str(path), "new table\n")
+    assert path.read_text() == (
+        f"# Title\n\nbefore\n\n{report.DOCS_START}\nnew table\n"
+        f"{report.DOCS_END}\n\nafter\n"
+    )
+    report.update_docs(str(path), "newer\n")
+    assert path.read_text().count(report.DOCS_START) == 1
+
+
+def test_update_docs_appends_markers_when_absent(tmp_path):
+    path = tmp_path / "doc.md"
+    path.write_text("# Doc\n")
+    report.update_docs(str(path), "table\n")
+    assert path.read_text() == (
+        f"# Doc\n\n{report.DOCS_START}\ntable\n{report.DOCS_END}\n"
+    )
+
+
+def test_json_document_round_trip_and_schema(tmp_path):
+    doc = report.document(_results(), dict(_meta(), quick=True))
+    path = tmp_path / "r.json"
+    report.write_json(doc, str(path))
+    loaded = json.loads(path.read_text())
+    assert loaded["schema_version"] == report.SCHEMA_VERSION
+    assert loaded["peak_gflops"] == pytest.approx(100.0)
+    assert len(loaded["results"]) == 13
+    report.validate(loaded)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("targets"), "misses key 'targets'"),
+        (lambda d: d.update(schema_version=0), "schema_version 1 expected"),
+        (lambda d: d["results"][0].pop("median_ms"), "misses \\['median_ms'"),
+        (lambda d: d["results"][0].update(status="odd"), "unknown status"),
+    ],
+)
+def test_validate_rejects_bad_documents(mutate, message):
+    doc = report.document(_results(), _meta())
+    mutate(doc)
+    with pytest.raises(ValueError, match=message):
+        report.validate(doc)
+
+
+def test_chart_writes_a_png(tmp_path):
+    doc = report.document(_results(), _meta())
+    path = tmp_path / "chart.png"
+    report.chart(doc, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,160 @@
+"""Subprocess plan and environment of the benchmark runner, the child's
+error handling, and one `--quick` case end to end on this backend."""
+
+import json
+import os
+import sys
+import types
+
+import keras
+import pytest
+
+from benchmarks import cases
+from benchmarks import child
+from benchmarks import runner
+
+
+def test_child_env_fixes_backend_and_drops_slow_blas_settings():
+    base = {
+        "OPENBLAS_CORETYPE": "x",
+        "OPENBLAS_L2_SIZE": "1",
+        "KERAS_BACKEND": "jax",
+        "TF_USE_LEGACY_KERAS": "1",
+        "PATH": "/bin",
+    }
+    env = runner.child_env("torch", base)
+    assert env["KERAS_BACKEND"] == "torch"
+    assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
+    assert "TF_USE_LEGACY_KERAS" not in env
+    assert env["PATH"] == "/bin"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == runner.ROOT
+    legacy = runner.child_env("tf_keras", base)
+    assert legacy["KERAS_BACKEND"] == "tensorflow"
+    assert legacy["TF_USE_LEGACY_KERAS"] == "1"
+    # The caller's environment is not modified.
+    assert base["OPENBLAS_CORETYPE"] == "x"
+
+
+def test_plan_isolation_levels():
+    selected = runner.select_cases("bigru_unmasked,bigru_masked*,seq2seq_train")
+    assert [c.name for c in selected] == [
+        "seq2seq_train",
+        "bigru_unmasked",
+        "bigru_masked_keras",
+        "bigru_masked",
+    ]
+    by_workload = runner.plan(selected, ["jax", "torch"], "workload")
+    assert by_workload == [
+        ("jax", ["seq2seq_train"]),
+        ("jax", ["bigru_unmasked", "bigru_masked_keras", "bigru_masked"]),
+        ("torch", ["seq2seq_train"]),
+        ("torch", ["bigru_unmasked", "bigru_masked_keras", "bigru_masked"]),
+    ]
+    assert len(runner.plan(selected, ["jax", "torch"], "case")) == 8
+    assert runner.plan(selected, ["jax"], "backend") == [
+        ("jax", [c.name for c in selected])
+    ]
+    # Originals run only on the tf_keras pseudo-backend.
+    originals = runner.select_cases("*_original")
+    assert runner.plan(originals, ["jax"], "backend") == []
+
+
+def test_select_cases_rejects_unknown_names():
+    with pytest.raises(SystemExit, match="matches no case"):
+        runner.select_cases("nope")
+
+
+def test_docs_are_updated_only_by_full_runs():
+    assert runner.docs_path_for(False, None, False, True) == runner.DOCS_PATH
+    assert runner.docs_path_for(True, None, False, True) is None
+    assert runner.docs_path_for(False, None, False, False) is None
+    assert runner.docs_path_for(True, "x.md", False, True) == "x.md"
+    assert runner.docs_path_for(False, "x.md", True, True) is None
+
+
+def test_every_case_has_sizes_and_a_function():
+    for case in cases.CASES:
+        assert (
+            case.sizes in cases.FULL_SIZES and case.sizes in cases.QUICK_SIZES
+        )
+        assert set(case.backends) <= set(cases.ALL_BACKENDS)
+        module, _, function = case.function.partition(":")
+        assert module.startswith("benchmarks.") and function
+
+
+def _fake_case(monkeypatch, function):
+    module = types.ModuleType("fake_benchmark_module")
+    module.run = function
+    monkeypatch.setitem(sys.modules, "fake_benchmark_module", module)
+    return cases.Case(
+        "fake", "Fake", "fake", ("jax",), "fake_benchmark_module:run", "matmul"
+    )
+
+
+def test_child_reports_missing_code_as_not_available(monkeypatch):
+    def run(sizes, timing):
+        child.require("kmodels.no_such_module", "Thing")
+
+    record = child._run_case(_fake_case(monkeypatch, run), "numpy", True)
+    assert record["status"] == "n/a"
+    assert "kmodels.no_such_module.Thing not available" in record["error"]
+
+
+def test_child_reports_failures_without_stopping(monkeypatch):
+    def run(sizes, timing):
+        raise ValueError("boom")
+
+    record = child._run_case(_fake_case(monkeypatch, run), "numpy", True)
+    assert record["status"] == "error"
+    assert record["error"] == "ValueError: boom"
+
+
+def test_quick_case_on_this_backend():
+    # In this process (Keras is already imported): the real workload code.
+    backend = keras.backend.backend()
+    case = cases.CASES_BY_NAME["embedding_10k"]
+    record = child._run_case(case, backend, quick=True)
+    assert record["status"] == "ok", record.get("error")
+    assert (record["case"], record["backend"]) == ("embedding_10k", backend)
+    assert record["steps"] == cases.QUICK_TIMING["max_steps"]
+    assert record["q1_ms"] <= record["median_ms"] <= record["q3_ms"]
+
+
+def test_quick_run_end_to_end_in_a_subprocess(tmp_path):
+    # The NumPy matmul case: a real child process and the whole report
+    # pipeline, without paying for a Keras import in the child.
+    code = runner.main(
+        [
+            "--quick",
+            "--backends",
+            "numpy",
+            "--cases",
+            "matmul_numpy",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    (json_path,) = tmp_path.glob("*.json")
+    doc = json.loads(json_path.read_text())
+    assert doc["quick"] is True
+    (record,) = doc["results"]
+    assert (record["case"], record["backend"]) == ("matmul_numpy", "numpy")
+    assert record["status"] == "ok"
+    assert record["steps"] == cases.QUICK_TIMING["max_steps"]
+    # 2 n^3 FLOPs for the quick size n.
+    assert record["flops"] == 2 * cases.QUICK_SIZES["matmul"]["n"] ** 3
+    assert record["gflops"] > 0
+    (png,) = tmp_path.glob("*.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_child_env_threads_option():
+    env = runner.child_env("jax", {"XLA_FLAGS": "--a"}, threads=1)
+    assert all(env[name] == "1" for name in runner.THREAD_VARIABLES)
+    assert env["XLA_FLAGS"] == "--a --xla_cpu_multi_thread_eigen=false"
+    two = runner.child_env("torch", {}, threads=2)
+    assert two["OMP_NUM_THREADS"] == "2" and "XLA_FLAGS" not in two
+    # By default every library keeps its own thread-pool choice.
+    default = runner.child_env("torch", {})
+    assert not any(name in default for name in runner.THREAD_VARIABLES)

@@ -1,0 +1,395 @@
+"""GrowableEmbedding on every backend: growth inside fit is invisible, the
+sparse optimizer matches the oracle, inference never grows, errors are the
+same everywhere, and saving keeps every row."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels import oracle
+from kmodels.layers import EmbeddingGrowth
+from kmodels.layers import GrowableEmbedding
+from kmodels.layers import KeyIndex
+
+# float32 training on identical batches: the grown and pre-sized tables run
+# the same float32 ops on the same rows, 1e-6 leaves room for op ordering.
+INVISIBLE_ATOL = 1e-6
+
+
+def _model(embedding, pool=True):
+    ids = keras.Input(shape=(None,), dtype="int32")
+    h = embedding(ids)
+    out = keras.ops.sum(h**2, axis=-1)
+    if pool:
+        out = keras.ops.mean(out, axis=-1, keepdims=True)
+    return keras.Model(ids, out)
+
+
+def _table(layer):
+    return keras.ops.convert_to_numpy(layer.embeddings.value)
+
+
+def _stream():
+    # Ids arrive over time: 4 batches reaching ids 3, 9, 17, 30.
+    rng = np.random.default_rng(7)
+    highs = [4, 10, 18, 31]
+    x = np.concatenate([rng.integers(0, h, (2, 5)) for h in highs]).astype(
+        "int32"
+    )
+    x[1::2, 0] = np.array(highs) - 1
+    return x, rng.normal(size=(len(x), 1)).astype("float32")
+
+
+def test_config_round_trip_and_shape():
+    layer = GrowableEmbedding(
+        4,
+        initial_capacity=3,
+        max_capacity=50,
+        optimizer="sgd",
+        seed=3,
+        mask_zero=True,
+        unseen="oov",
+        oov_id=1,
+        key_index=KeyIndex(),
+    )
+    config = layer.get_config()
+    clone = GrowableEmbedding.from_config(config)
+    assert clone.get_config() == config
+    assert layer.compute_output_shape((2, 5)) == (2, 5, 4)
+    out = layer(keras.KerasTensor((2, 5), dtype="int32"))
+    assert tuple(out.shape) == (2, 5, 4)
+
+
+def test_rows_do_not_depend_on_capacity():
+    small = GrowableEmbedding(4, initial_capacity=2, seed=5)
+    large = GrowableEmbedding(4, initial_capacity=16, seed=5)
+    small.build()
+    large.build()
+    small.grow_to(16)
+    np.testing.assert_array_equal(_table(small), _table(large))
+    # "uniform" means U(-0.05, 0.05).
+    assert np.abs(_table(large)).max() <= 0.05
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_growth_is_invisible(optimizer):
+    x, y = _stream()
+    tables = []
+    for capacity in (2, 32):
+        layer = GrowableEmbedding(
+            3,
+            initial_capacity=capacity,
+            optimizer=optimizer,
+            seed=11,
+        )
+        model = _model(layer)
+        model.compile(optimizer="sgd", loss="mse")
+        growth = EmbeddingGrowth()
+        model.fit(
+            x,
+            y,
+            batch_size=2,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            callbacks=[growth],
+        )
+        tables.append(_table(layer))
+        if capacity == 2:
+            # 2 -> 4 -> 16 -> 32: three growths, one per batch that needs it.
+            assert [e["to"] for e in growth.log] == [4, 16, 32]
+            assert growth.recompilations == 3
+            assert growth.growths <= math.ceil(math.log2(32 / 2))
+    grown, presized = tables
+    assert grown.shape == presized.shape == (32, 3)
+    np.testing.assert_allclose(grown, presized, atol=INVISIBLE_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_sparse_update_matches_oracle(optimizer, parity):
+    """Two steps with repeated ids; loss = mean(rows**2) so that
+    dL/drow = 2 row / (ids * dim)."""
+    layer = GrowableEmbedding(
+        2,
+        initial_capacity=6,
+        optimizer=(optimizer, {"learning_rate": 0.1}),
+        embeddings_initializer=keras.initializers.RandomUniform(-1.0, 1.0),
+        seed=2,
+    )
+    ids = keras.Input(shape=(3,), dtype="int32")
+    model = keras.Model(ids, layer(ids))
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.array([[1, 1, 4], [0, 4, 4]], "int32")
+    table = _table(layer).astype(np.float64)
+    slots = [np.zeros_like(table)] * 2 if optimizer == "adam" else []
+    for step in range(2):
+        grads = 2.0 * table[x] / x.size / 2
+        table, slots = oracle.sparse_optimizer_step(
+            table, slots, step, x, grads, kind=optimizer, learning_rate=0.1
+        )
+    model.fit(
+        x,
+        np.zeros((2, 3, 2)),
+        batch_size=2,
+        epochs=2,
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    # float32 against float64. SGD: 1e-6 on values of order 1. Adam: float32
+    # `1 - beta_2**t` at t=2 is 0.001999 with a relative error near 3e-5
+    # (cancellation, Keras' own Adam has it too), times steps of size
+    # lr = 0.1: 1e-5.
+    atol = 1e-6 if optimizer == "sgd" else 1e-5
+    np.testing.assert_allclose(_table(layer), table, atol=atol, rtol=0)
+    # Rows 2, 3 and 5 never appear: untouched (lazy, as the oracle).
+    parity.record(
+        f"growable_embedding/sparse_{optimizer}",
+        _table(layer),
+        atol=atol,
+        rtol=0,
+    )
+
+
+def test_seed_scenario_trains_in_fit():
+    """Seed 004: ids 0..7, capacity from 2, SGD, MSE towards zeros."""
+    layer = GrowableEmbedding(
+        3,
+        initial_capacity=2,
+        optimizer=("sgd", {"learning_rate": 0.05}),
+        embeddings_initializer=keras.initializers.RandomUniform(-1.0, 1.0),
+        seed=0,
+    )
+    model = _model(layer, pool=False)
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.array([[0, 1, 2, 3], [4, 5, 6, 7]], "int32")
+    growth = EmbeddingGrowth()
+    history = model.fit(
+        x,
+        np.zeros((2, 4)),
+        batch_size=2,
+        epochs=5,
+        verbose=0,
+        callbacks=[growth],
+    )
+    losses = history.history["loss"]
+    assert layer.capacity == 8
+    assert growth.log == [
+        {"step": 0, "layer": layer.name, "from": 2, "to": 8, "max_id": 7}
+    ]
+    assert all(b < a for a, b in zip(losses, losses[1:]))
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_growth_count_is_logarithmic():
+    layer = GrowableEmbedding(2, initial_capacity=2, optimizer="sgd", seed=0)
+    model = _model(layer)
+    model.compile(optimizer="sgd", loss="mse")
+    # Each batch needs one more doubling: 2 -> 4 -> 8 -> 16 -> 32 -> 64.
+    x = np.array([[1, 2], [3, 5], [6, 9], [10, 17], [18, 33]], "int32")
+    growth = EmbeddingGrowth()
+    model.fit(
+        x,
+        np.zeros((5, 1)),
+        batch_size=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[growth],
+    )
+    assert layer.capacity == 64
+    bound = math.ceil(math.log2(64 / 2))
+    assert growth.growths == growth.recompilations == bound == 5
+    # Seen again, the same ids cause no growth.
+    model.fit(x, np.zeros((5, 1)), batch_size=1, verbose=0, callbacks=[growth])
+    assert growth.growths == 5
+
+
+def test_inference_never_grows_and_unseen_ids():
+    x = np.array([[0, 3, 9]], "int32")
+    for unseen in ("zeros", "oov"):
+        layer = GrowableEmbedding(
+            2, initial_capacity=4, unseen=unseen, oov_id=1, seed=0
+        )
+        model = _model(layer, pool=False)
+        table = _table(layer)
+        out = keras.ops.convert_to_numpy(layer(x))
+        model.predict(x, verbose=0)
+        model.compile(optimizer="sgd", loss="mse")
+        model.evaluate(x, np.zeros((1, 3)), verbose=0)
+        assert layer.capacity == 4
+        expected_unseen = np.zeros(2) if unseen == "zeros" else table[1]
+        np.testing.assert_array_equal(out[0, 2], expected_unseen)
+        np.testing.assert_array_equal(out[0, 1], table[3])
+    layer = GrowableEmbedding(2, initial_capacity=4, unseen="error", seed=0)
+    with pytest.raises(ValueError, match='unseen id 9 .*unseen="error"'):
+        layer(x)
+
+
+def test_bad_ids_raise_the_same_errors():
+    layer = GrowableEmbedding(2, initial_capacity=4, max_capacity=8, seed=0)
+    with pytest.raises(ValueError, match="expects ids >= 0; got -1"):
+        layer(np.array([[1, -1]], "int32"))
+    with pytest.raises(TypeError, match="expects integer ids; got dtype"):
+        layer(np.array([[1.0, 2.0]], "float32"))
+    model = _model(layer)
+    model.compile(optimizer="sgd", loss="mse")
+    for bad, error, message in [
+        ([[1, -1]], ValueError, "expects ids >= 0; got -1"),
+        ([[1, 8]], ValueError, "reached max_capacity=8: got id 8"),
+    ]:
+        with pytest.raises(error, match=message):
+            model.fit(
+                np.array(bad, "int32"),
+                np.zeros((1, 1)),
+                verbose=0,
+                callbacks=[EmbeddingGrowth()],
+            )
+    assert layer.capacity == 4
+    with pytest.raises(ValueError, match="reached max_capacity=8: got id 9"):
+        layer(np.array([[9]], "int32"), training=True)
+
+
+def test_eager_call_grows_and_compiled_functions_follow():
+    layer = GrowableEmbedding(2, initial_capacity=2, seed=0)
+    ids = keras.Input(shape=(None,), dtype="int32")
+    model = keras.Model(ids, layer(ids))
+    x = np.array([[1, 5]], "int32")
+    before = model.predict(x, verbose=0)
+    np.testing.assert_array_equal(before[0, 1], [0.0, 0.0])  # unseen
+    out = layer(np.array([[5]], "int32"), training=True)
+    assert layer.capacity == 8
+    table = _table(layer)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(out)[0, 0], table[5]
+    )
+    # The predict function compiled before the growth reads the new rows
+    # (TensorFlow: the table is a resizable tf.Variable).
+    after = model.predict(x, verbose=0)
+    np.testing.assert_array_equal(after[0], table[[1, 5]])
+
+
+def test_save_load_resumes_and_grows(tmp_path):
+    index = KeyIndex("string")
+    layer = GrowableEmbedding(3, initial_capacity=2, seed=4, key_index=index)
+    model = _model(layer)
+    model.compile(optimizer="adam", loss="mse")
+    keys = np.array([["a", "b"], ["c", "d"]])
+    x = index.lookup(keys).astype("int32")
+    model.fit(
+        x,
+        np.ones((2, 1)),
+        epochs=2,
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    path = str(tmp_path / "growable.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    table = next(x for x in loaded.layers if isinstance(x, GrowableEmbedding))
+    assert table.capacity == layer.capacity == 8
+    np.testing.assert_array_equal(_table(table), _table(layer))
+    assert table.key_index.keys() == ["a", "b", "c", "d"]
+    for a, b in zip(layer.slot_variables, table.slot_variables):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(a.value),
+            keras.ops.convert_to_numpy(b.value),
+        )
+    x_new = table.key_index.lookup([["e", "f"], ["g", "h"], ["i", "a"]])
+    growth = EmbeddingGrowth()
+    loaded.fit(
+        x_new.astype("int32"),
+        np.ones((3, 1)),
+        verbose=0,
+        callbacks=[growth],
+    )
+    assert table.capacity == 16 and growth.growths == 1
+
+
+def test_model_checkpoint_restores_exactly(tmp_path):
+    x, y = _stream()
+    path = str(tmp_path / "ckpt.weights.h5")
+
+    def make():
+        layer = GrowableEmbedding(3, initial_capacity=2, seed=9)
+        model = _model(layer)
+        model.compile(optimizer="adam", loss="mse")
+        return model, layer
+
+    model, layer = make()
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        path, save_weights_only=True, save_freq=2
+    )
+    # Checkpoint after 2 of 4 batches (capacity 16 then), then train on.
+    model.fit(
+        x[:4],
+        y[:4],
+        batch_size=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth(), checkpoint],
+    )
+    saved = _table(layer)
+    model.fit(
+        x[4:],
+        y[4:],
+        batch_size=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    restored, restored_layer = make()
+    restored.load_weights(path)
+    assert restored_layer.capacity == 16
+    np.testing.assert_array_equal(_table(restored_layer), saved)
+    # Resuming from the checkpoint redoes the rest exactly.
+    restored.fit(
+        x[4:],
+        y[4:],
+        batch_size=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    np.testing.assert_allclose(
+        _table(restored_layer), _table(layer), atol=0, rtol=0
+    )
+
+
+def test_mask_zero():
+    layer = GrowableEmbedding(2, initial_capacity=4, mask_zero=True, seed=0)
+    x = np.array([[3, 1, 0, 0]], "int32")
+    mask = keras.ops.convert_to_numpy(layer.compute_mask(x))
+    np.testing.assert_array_equal(mask, [[True, True, False, False]])
+    ids = keras.Input(shape=(None,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(layer(ids))
+    model = keras.Model(ids, pooled)
+    out = keras.ops.convert_to_numpy(model(x))
+    table = _table(layer)
+    # Masked mean over the 2 real tokens only.
+    np.testing.assert_allclose(
+        out[0], (table[3] + table[1]) / 2, atol=1e-7, rtol=0
+    )
+
+
+def test_inside_transformer_encoder_with_growing_vocabulary():
+    import keras_hub
+
+    layer = GrowableEmbedding(8, initial_capacity=4, mask_zero=True, seed=0)
+    ids = keras.Input(shape=(6,), dtype="int32")
+    h = keras_hub.layers.TransformerEncoder(8, 2, dropout=0.0)(layer(ids))
+    out = keras.layers.Dense(1)(keras.ops.mean(h, axis=1))
+    model = keras.Model(ids, out)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 30, (8, 6)).astype("int32")
+    x[:, -1] = 0  # padding
+    y = (x.sum(axis=1, keepdims=True) / 50.0).astype("float32")
+    growth = EmbeddingGrowth()
+    # One batch: the vocabulary grows before the first step (one compile).
+    history = model.fit(
+        x, y, batch_size=8, epochs=6, verbose=0, callbacks=[growth]
+    )
+    assert layer.capacity == 32 and growth.growths == 1
+    losses = history.history["loss"]
+    assert losses[-1] < losses[0]

@@ -1,0 +1,61 @@
+"""`python -m kmodels.seq2seq.demo --quick`, end to end."""
+
+import struct
+
+import keras
+import pytest
+
+from kmodels.seq2seq import demo
+
+
+def _png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    # PNG signature, then the IHDR chunk: width and height, big endian.
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_quick_demo_end_to_end(tmp_path, capsys):
+    result = demo.main(["--quick", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+
+    assert result["held_out"] == 100 and result["train_pairs"] == 512
+    assert result["backend"] == keras.backend.backend()
+    assert result["clock"] == "wall"
+    assert 0.0 <= result["accuracy"] <= 1.0
+    # Accuracy, errors and the printed line agree with each other.
+    wrong = len(result["errors"])
+    assert result["accuracy"] == (100 - wrong) / 100
+    assert f"exact match on 100 held-out dates: {result['accuracy']:.4f}" in out
+    assert f"({100 - wrong}/100)" in out
+    for source, prediction, expected in result["examples"]:
+        assert isinstance(prediction, str)
+        # Targets are ISO dates: YYYY-MM-DD.
+        assert len(expected) == 10 and expected[4] == expected[7] == "-"
+    assert len(result["examples"]) == 8
+
+    # The frozen encoder did not move while the decoder trained.
+    assert result["encoder_unchanged"] is True
+    assert result["pretrain_epochs"] == 1
+    assert 1 <= result["train_epochs"] <= 2
+    assert result["total_train_seconds"] == pytest.approx(
+        result["pretrain_seconds"] + result["train_seconds"]
+    )
+
+    # The heat map: a PNG of the documented size in pixels.
+    assert result["heatmap"] == str(tmp_path / "attention.png")
+    width, height = _png_size(result["heatmap"])
+    assert (width, height) == (
+        demo.HEATMAP_INCHES[0] * demo.HEATMAP_DPI,
+        demo.HEATMAP_INCHES[1] * demo.HEATMAP_DPI,
+    )
+    assert (width, height) == (600, 400)
+
+
+def test_unknown_flag_exits_with_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        demo.main(["--fast"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --fast" in capsys.readouterr().err

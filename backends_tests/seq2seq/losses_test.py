@@ -1,0 +1,96 @@
+"""masked_loss / masked_acc against the oracle, and their shape errors."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels import oracle
+from kmodels.seq2seq import Encoder
+from kmodels.seq2seq import masked_acc
+from kmodels.seq2seq import masked_loss
+
+np_ = keras.ops.convert_to_numpy
+
+# A log-softmax and a mean over 7 float32 terms of O(1): ~1e-7 measured.
+RTOL, ATOL = 1e-6, 1e-6
+
+
+def _data(rng):
+    labels = rng.integers(1, 6, (3, 4))
+    labels[0, 2:] = 0
+    labels[2, 1:] = 0
+    logits = rng.normal(size=(3, 4, 6)).astype("float32")
+    # Some real positions predicted right, so accuracy is not trivial.
+    logits[1, :2] = 0.0
+    logits[1, 0, labels[1, 0]] = 5.0
+    logits[1, 1, labels[1, 1]] = 5.0
+    return labels, logits
+
+
+def test_loss_and_accuracy_match_oracle(rng, parity):
+    labels, logits = _data(rng)
+    loss = float(np_(masked_loss(labels, logits)))
+    acc = float(np_(masked_acc(labels, logits)))
+    assert loss == pytest.approx(
+        oracle.masked_cross_entropy(labels, logits), rel=RTOL, abs=ATOL
+    )
+    assert acc == pytest.approx(oracle.masked_accuracy(labels, logits))
+    parity.record("seq2seq/masked_loss", np.array(loss), ATOL, RTOL)
+
+
+def test_padding_does_not_count(rng):
+    labels, logits = _data(rng)
+    changed = logits.copy()
+    changed[labels == 0] = 100.0 * rng.normal(size=changed[labels == 0].shape)
+    assert float(np_(masked_loss(labels, changed))) == pytest.approx(
+        float(np_(masked_loss(labels, logits))), rel=1e-6
+    )
+    assert float(np_(masked_acc(labels, changed))) == float(
+        np_(masked_acc(labels, logits))
+    )
+
+
+def test_labels_with_trailing_axis_and_float_dtype(rng):
+    labels, logits = _data(rng)
+    expected = float(np_(masked_loss(labels, logits)))
+    got = float(np_(masked_loss(labels[..., None].astype("float32"), logits)))
+    assert got == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("fn", [masked_loss, masked_acc])
+def test_context_instead_of_logits_is_a_clear_error(fn):
+    y_true = np.ones((2, 4), "int32")
+    context = np.zeros((2, 6, 8), "float32")  # (batch, s, units)
+    message = (
+        f"{fn.__name__} expects logits y_pred of shape (batch, t, vocab) "
+        "matching labels y_true of shape (batch, t); got y_true (2, 4) and "
+        "y_pred (2, 6, 8). Did call() return the encoder context instead of "
+        "the decoder logits?"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fn(y_true, context)
+    with pytest.raises(ValueError, match=re.escape("y_pred (2, 4)")):
+        fn(y_true, np.zeros((2, 4), "float32"))
+
+
+def test_the_seeds_bug_fails_the_same_way_inside_fit():
+    # Seed 000: the model returned the encoder context (batch, s, units).
+    tokens = keras.Input((6,), dtype="int32")
+    model = keras.Model(tokens, Encoder(10, 8)(tokens))
+    model.compile("adam", loss=masked_loss)
+    x = np.ones((4, 6), "int32")
+    y = np.ones((4, 5), "int32")
+    message = "got y_true (None, 5) and y_pred (None, 6, 8)"
+    if keras.backend.backend() != "tensorflow":
+        # JAX and torch trace with the concrete batch size.
+        message = "got y_true (4, 5) and y_pred (4, 6, 8)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model.fit(x, y, epochs=1, verbose=0)
+
+
+def test_label_out_of_range_gives_nan_on_every_backend(rng):
+    labels, logits = _data(rng)
+    labels[1, 0] = 8  # logits have 6 classes (e.g. units instead of vocab)
+    assert np.isnan(float(np_(masked_loss(labels, logits))))

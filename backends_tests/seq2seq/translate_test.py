@@ -1,0 +1,126 @@
+"""translate() and TextTranslator: strings in, strings out."""
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels.seq2seq.text import TextProcessor
+from kmodels.seq2seq.translate import TextTranslator
+from kmodels.seq2seq.translate import translate
+from kmodels.seq2seq.translator import Translator
+
+
+def _bundle(units=4):
+    source = TextProcessor(max_length=6)
+    source.adapt(["hola casa", "esta en casa", "hola"])
+    target = TextProcessor(max_length=5)
+    target.adapt(["hello house", "is at home", "hello"])
+    model = Translator(
+        source.vocabulary_size,
+        target.vocabulary_size,
+        units,
+        start_id=target.start_id,
+        end_id=target.end_id,
+    )
+    return model, source, target
+
+
+def _expected(model, source, target, texts, max_length):
+    """What translate() must return: generate() on the processed ids, then
+    the target tokens up to [END] (generate pads with 0 from there)."""
+    ids, attention = model.generate(source(texts), max_length=max_length)
+    ids = keras.ops.convert_to_numpy(ids)
+    vocab = target.vocabulary
+    out = []
+    for row in ids:
+        words = []
+        # A leading [START] is dropped (an untrained model may emit it).
+        for i in row[1:] if row[0] == target.start_id else row:
+            if i == 0:
+                break
+            words.append(vocab[i])
+        out.append(" ".join(words))
+    return out, keras.ops.convert_to_numpy(attention)
+
+
+def test_translate_returns_strings_from_generate():
+    keras.utils.set_random_seed(0)
+    model, source, target = _bundle()
+    texts = ["Hola, casa!", "está en casa"]
+    got = translate(texts, model, source, target)
+    assert isinstance(got, list) and all(isinstance(s, str) for s in got)
+    expected, _ = _expected(model, source, target, texts, target.max_length)
+    assert got == expected
+    # One str in, one str out; the attention comes back with it:
+    # (batch, max_length, context length), equal to generate()'s (the same
+    # computation: 1e-6).
+    one, attention = translate(
+        "Hola, casa!",
+        model,
+        source,
+        target,
+        max_length=3,
+        return_attention=True,
+    )
+    ref_text, ref = _expected(model, source, target, texts[:1], 3)
+    assert isinstance(one, str) and one == ref_text[0]
+    assert attention.shape == (1, 3, source.max_length)
+    np.testing.assert_allclose(attention, ref, rtol=1e-6, atol=1e-6)
+    assert translate([], model, source, target) == []
+
+
+def test_text_translator_save_load(tmp_path):
+    keras.utils.set_random_seed(1)
+    model, source, target = _bundle()
+    bundle = TextTranslator(model, source, target, separator="_")
+    texts = ["hola casa", "esta en casa hola hola hola"]
+    before = bundle(texts)
+    assert before == [
+        s.replace(" ", "_") for s in bundle.translate(texts, separator=" ")
+    ]
+    bundle.save(str(tmp_path / "t"))
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
+        "text.json",
+        "translator.keras",
+    ]
+    loaded = TextTranslator.load(str(tmp_path / "t"))
+    assert loaded(texts) == before
+    assert loaded.separator == "_"
+    assert loaded.context_processor.get_config() == source.get_config()
+    assert loaded.target_processor.get_config() == target.get_config()
+
+
+def test_mismatched_vocabularies_raise():
+    model, source, target = _bundle()
+    bigger = TextProcessor(max_length=6)
+    bigger.adapt(["hola casa", "esta en casa", "hola", "y mas palabras"])
+    with pytest.raises(
+        ValueError,
+        match=r"context_processor has 11 tokens but the translator's "
+        r"context_vocabulary_size is 8: its ids would be out of range",
+    ):
+        translate("hola", model, bigger, target)
+    with pytest.raises(ValueError, match="target_processor has 11 tokens"):
+        TextTranslator(
+            Translator(8, 12, 4, start_id=2, end_id=3), source, bigger
+        )
+    with pytest.raises(ValueError, match="start_id is 4 but the target"):
+        translate(
+            "hola",
+            Translator(8, target.vocabulary_size, 4, start_id=4, end_id=3),
+            source,
+            target,
+        )
+
+
+def test_out_of_range_ids_on_the_translate_path_raise():
+    # Ids the processor produces but the model cannot embed: the size check
+    # above stops them; generate() itself rejects such ids too.
+    model, source, target = _bundle()
+    too_big = np.array([[2, source.vocabulary_size, 3]])
+    with pytest.raises(ValueError, match=r"must lie in \[0, 8\)"):
+        model.generate(too_big, max_length=2)
+    with pytest.raises(ValueError, match="empty text at index 0"):
+        translate(["", "hola"], model, source, target)
+    with pytest.raises(ValueError, match="expects a kmodels.seq2seq"):
+        translate("hola", object(), source, target)

@@ -1,0 +1,114 @@
+"""Backend hooks for tables that grow between train steps.
+
+`kmodels.layers.GrowableEmbedding` and `kmodels.layers.EmbeddingGrowth` read
+the same on every backend; the few things that differ live behind the
+functions below:
+
+- `resize_variable`: give a built Keras variable a new shape (Keras' own
+  `assign` refuses a new shape).
+- `sparse_lookup`: gather rows of the table and, in the backward pass, apply
+  the table's own optimizer to the rows of the batch only. TensorFlow and
+  torch write the rows in place into non-trainable variables; JAX has no side
+  effects, so there the table and its slots are trainable variables with
+  `overwrite_with_gradient=True` whose "gradient" is their updated value.
+- `is_concrete`: whether a tensor holds data (eager) or is being traced.
+- `wrap_train_function`: run a growth hook on each batch, with concrete data,
+  right before `model.fit` runs the compiled step on it.
+"""
+
+import keras
+
+_MODULES = {
+    "tensorflow": "kmodels.backend.growth_tensorflow",
+    "jax": "kmodels.backend.growth_jax",
+    "torch": "kmodels.backend.growth_torch",
+}
+
+
+def _impl():
+    import importlib
+
+    backend = keras.backend.backend()
+    if backend not in _MODULES:
+        raise NotImplementedError(
+            f"GrowableEmbedding supports the backends {sorted(_MODULES)}; "
+            f"got {backend!r}."
+        )
+    return importlib.import_module(_MODULES[backend])
+
+
+def table_is_trainable():
+    """Whether the table and its optimizer slots are trainable variables
+    (overwritten with their updated value) on this backend."""
+    return _impl().TABLE_IS_TRAINABLE
+
+
+def make_resizable(variable):
+    """Prepares a freshly built variable for `resize_variable` (TensorFlow:
+    a `tf.Variable` whose first dimension is dynamic, so that functions
+    traced before a growth keep reading the grown variable)."""
+    impl = _impl()
+    if hasattr(impl, "make_resizable"):
+        impl.make_resizable(variable)
+
+
+def resize_variable(variable, value):
+    """Replaces the value of a built Keras `variable` by the NumPy array
+    `value`, whose shape may differ from the variable's."""
+    _impl().resize_variable(variable, value)
+
+
+def sparse_lookup(layer, ids):
+    """Rows `layer.embeddings[ids]` for flat int32 `ids`; differentiating
+    through them updates the rows of `ids` with the layer's sparse optimizer
+    (`layer.sparse_row_update`)."""
+    return _impl().sparse_lookup(layer, ids)
+
+
+def argsort_ids(ids, capacity):
+    """An ordering that sorts the flat int32 `ids` (all in
+    `[0, capacity)`); the order among equal ids is unspecified."""
+    impl = _impl()
+    if hasattr(impl, "argsort_ids") and capacity is not None:
+        return impl.argsort_ids(ids, capacity)
+    return keras.ops.argsort(ids)
+
+
+def capacity_of(variable):
+    """Rows of a table variable, read without reading the table (a
+    tensor on TensorFlow, where the first dimension is dynamic)."""
+    impl = _impl()
+    if hasattr(impl, "capacity_of"):
+        return impl.capacity_of(variable)
+    return int(variable.shape[0])
+
+
+def is_concrete(x):
+    """True when `x` holds data (not a symbolic or traced tensor)."""
+    if isinstance(x, keras.KerasTensor):
+        return False
+    return _impl().is_concrete(x)
+
+
+def wrap_train_function(model, controller):
+    """Installs `controller` in front of `model.train_function`.
+
+    Before each compiled step, `controller.plan(batches)` gets the batches
+    the step is about to consume (concrete data); when it returns a non-empty
+    plan, the model's state is written back to its variables (JAX),
+    `controller.apply(plan)` grows the tables, and the step is recompiled for
+    the new shapes. Returns a function that removes the hook.
+    """
+    return _impl().wrap_train_function(model, controller)
+
+
+def pull_batches(iterator, steps_per_execution):
+    """Takes up to `steps_per_execution` batches (at least one) from
+    `iterator`; `StopIteration` propagates when there is none."""
+    batches = [next(iterator)]
+    for _ in range(steps_per_execution - 1):
+        try:
+            batches.append(next(iterator))
+        except StopIteration:
+            break
+    return batches

@@ -1,0 +1,114 @@
+"""JAX side of `kmodels.backend.growth`."""
+
+import jax
+import jax.numpy as jnp
+
+from kmodels.backend.growth import pull_batches
+
+# No side effects under `jax.jit`: the new rows travel back as the cotangent
+# of the table, and Keras' optimizer overwrites the variable with it.
+TABLE_IS_TRAINABLE = True
+
+
+def resize_variable(variable, value):
+    variable._shape = tuple(int(d) for d in value.shape)
+    variable._value = jnp.asarray(value, dtype=variable.dtype)
+
+
+def argsort_ids(ids, capacity):
+    # XLA:CPU sorts one int32 array several times faster than it sorts
+    # (key, index) pairs: pack the position into the low bits when it fits.
+    n = ids.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if capacity < 2 ** (31 - bits):
+        packed = ids * (1 << bits) + jnp.arange(n, dtype=jnp.int32)
+        return jnp.sort(packed) & ((1 << bits) - 1)
+    return jnp.argsort(ids, stable=False)
+
+
+def is_concrete(x):
+    return not isinstance(x, jax.core.Tracer)
+
+
+def sparse_lookup(layer, ids):
+    slots = [s.value for s in layer.slot_variables]
+
+    @jax.custom_vjp
+    def lookup(table, slots, step, ids):
+        return jnp.take(table, ids, axis=0)
+
+    def forward(table, slots, step, ids):
+        return lookup(table, slots, step, ids), (table, slots, step, ids)
+
+    def backward(residuals, grads):
+        table, slots, step, ids = residuals
+        arrays = [table, *slots]
+        rows, new_rows, new_slot_rows = layer.sparse_row_update(
+            lambda k, r: jnp.take(arrays[k], r, axis=0),
+            step,
+            ids,
+            grads,
+            capacity=table.shape[0],
+        )
+        # Scatters into a buffer that jit donated: XLA updates it in place.
+        new_table = table.at[rows].set(new_rows.astype(table.dtype))
+        new_slots = [
+            s.at[rows].set(r.astype(s.dtype))
+            for s, r in zip(slots, new_slot_rows)
+        ]
+        return new_table, new_slots, step + 1, None
+
+    lookup.defvjp(forward, backward)
+    return lookup(
+        layer.embeddings.value, slots, layer.step.value, jnp.asarray(ids)
+    )
+
+
+def wrap_train_function(model, controller):
+    original = model.train_function
+    names = (
+        "trainable_variables",
+        "non_trainable_variables",
+        "optimizer_variables",
+        "metrics_variables",
+    )
+
+    def sync(state):
+        model._jax_state = dict(zip(names, state))
+        model._jax_state_synced = False
+        model.jax_state_sync()
+
+    def train_function(state, iterator):
+        batches = pull_batches(iterator, model.steps_per_execution)
+        try:
+            plan = controller.plan(batches)
+        except Exception:
+            # Bad ids: leave the model usable (fit purged its variables).
+            sync(state)
+            raise
+        if plan:
+            # During an epoch, fit keeps all state outside the variables:
+            # write it back, grow, and read it again (new shapes retrace
+            # the jitted step).
+            sync(state)
+            controller.apply(plan)
+            state = tuple(
+                model._get_jax_state(
+                    trainable_variables=True,
+                    non_trainable_variables=True,
+                    optimizer_variables=True,
+                    metrics_variables=True,
+                    purge_model_variables=True,
+                )
+            )
+            model._jax_state_synced = False
+        return original(state, iter(batches))
+
+    train_function._kmodels_growth_original = original
+    model.train_function = train_function
+
+    def unwrap():
+        if model.train_function is train_function:
+            model.train_function = original
+
+    return unwrap

@@ -1,0 +1,111 @@
+"""TensorFlow side of `kmodels.backend.growth`."""
+
+import tensorflow as tf
+
+from kmodels.backend.growth import pull_batches
+
+# Rows are written in place with resource scatters in the backward pass.
+TABLE_IS_TRAINABLE = False
+
+
+def make_resizable(variable):
+    old = variable._value
+    with tf.init_scope():
+        variable._value = tf.Variable(
+            old.read_value(),
+            dtype=old.dtype,
+            trainable=old.trainable,
+            name=variable.name,
+            shape=tf.TensorShape([None] + old.shape.as_list()[1:]),
+        )
+
+
+def resize_variable(variable, value):
+    # Same tf.Variable (first dimension dynamic): compiled train, test and
+    # predict functions read the grown table; XLA recompiles for the shape.
+    if variable._value.shape.rank and variable._value.shape[0] is not None:
+        make_resizable(variable)
+    variable._value.assign(tf.cast(value, variable._value.dtype))
+    variable._shape = tuple(int(d) for d in value.shape)
+
+
+def capacity_of(variable):
+    value = variable.value
+    if isinstance(value, tf.Variable):
+        # VariableShape, not a read: once a variable has had sparse
+        # updates, TensorFlow copies it whole on every dense read.
+        return tf.raw_ops.VariableShape(input=value.handle, out_type=tf.int32)[
+            0
+        ]
+    return tf.shape(value, out_type=tf.int32)[0]
+
+
+def is_concrete(x):
+    return tf.executing_eagerly() and not isinstance(x, tf.Variable)
+
+
+def sparse_lookup(layer, ids):
+    table = layer.embeddings.value
+    slots = [s.value for s in layer.slot_variables]
+    gathered = tf.gather(table, ids)
+
+    @tf.custom_gradient
+    def hook(gathered, step):
+        def grad(grads):
+            variables = [table, *slots]
+            rows, new_rows, new_slot_rows = layer.sparse_row_update(
+                lambda k, r: tf.gather(variables[k], r), step, ids, grads
+            )
+            updates = [table.scatter_update(tf.IndexedSlices(new_rows, rows))]
+            for slot, slot_rows in zip(slots, new_slot_rows):
+                updates.append(
+                    slot.scatter_update(tf.IndexedSlices(slot_rows, rows))
+                )
+            with tf.control_dependencies(updates):
+                return None, tf.identity(step + 1)
+
+        return tf.identity(gathered), grad
+
+    return hook(gathered, tf.convert_to_tensor(layer.step.value))
+
+
+def wrap_train_function(model, controller):
+    original = model.train_function
+    # Tables are resizable tf.Variables, so one trace serves every capacity
+    # (XLA recompiles for new shapes by itself); reused across fits.
+    compiled = [getattr(model, "_kmodels_growth_step", None)]
+
+    def build():
+        def one_step(data):
+            return model.distribute_strategy.run(model.train_step, args=(data,))
+
+        if model.run_eagerly:
+            return one_step
+        # No XLA: XLA passes resource variables in and out whole, so a
+        # scatter into a 1M-row table would copy all of it every step.
+        return tf.function(one_step, reduce_retracing=True, jit_compile=False)
+
+    def train_function(iterator):
+        if model.distribute_strategy.num_replicas_in_sync > 1:
+            raise NotImplementedError(
+                "EmbeddingGrowth supports one replica on TensorFlow; got "
+                f"{model.distribute_strategy.num_replicas_in_sync}."
+            )
+        batches = pull_batches(iterator, model.steps_per_execution)
+        plan = controller.plan(batches)
+        if plan:
+            controller.apply(plan)
+        if compiled[0] is None:
+            compiled[0] = build()
+            model._kmodels_growth_step = compiled[0]
+        for batch in batches:
+            logs = compiled[0](batch)
+        return logs
+
+    model.train_function = train_function
+
+    def unwrap():
+        if model.train_function is train_function:
+            model.train_function = original
+
+    return unwrap

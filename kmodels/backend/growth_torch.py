@@ -1,0 +1,79 @@
+"""PyTorch side of `kmodels.backend.growth`."""
+
+import torch
+
+# Rows are written in place (no_grad) in the backward pass.
+TABLE_IS_TRAINABLE = False
+
+
+def resize_variable(variable, value):
+    parameter = variable._value
+    # Same Parameter object (torch_params keeps a reference); new storage.
+    parameter.data = torch.as_tensor(
+        value, dtype=parameter.dtype, device=parameter.device
+    )
+    variable._shape = tuple(int(d) for d in value.shape)
+
+
+def is_concrete(x):
+    return not torch.compiler.is_compiling()
+
+
+class _SparseUpdate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gathered, step, layer, ids):
+        ctx.layer = layer
+        ctx.ids = ids
+        ctx.save_for_backward(step)
+        return gathered.clone()
+
+    @staticmethod
+    def backward(ctx, grads):
+        (step,) = ctx.saved_tensors
+        layer = ctx.layer
+        table = layer.embeddings.value.data
+        slots = [s.value.data for s in layer.slot_variables]
+        with torch.no_grad():
+            tensors = [table, *slots]
+            rows, new_rows, new_slot_rows = layer.sparse_row_update(
+                lambda k, r: tensors[k][r.long()],
+                step.detach(),
+                ctx.ids,
+                grads,
+            )
+            rows = rows.long()
+            table[rows] = new_rows.to(table.dtype)
+            for slot, slot_rows in zip(slots, new_slot_rows):
+                slot[rows] = slot_rows.to(slot.dtype)
+            return None, step.detach() + 1, None, None
+
+
+def sparse_lookup(layer, ids):
+    ids = torch.as_tensor(ids).long()
+    with torch.no_grad():
+        gathered = layer.embeddings.value.data[ids]
+    return _SparseUpdate.apply(gathered, layer.step.value, layer, ids)
+
+
+def wrap_train_function(model, controller):
+    state = {"original": model.train_function}
+
+    def train_function(data):
+        plan = controller.plan(data)
+        if plan:
+            controller.apply(plan)
+            if model.jit_compile:
+                # torch.compile specialised on the old shapes.
+                model.train_function = None
+                model.make_train_function()
+                state["original"] = model.train_function
+                model.train_function = train_function
+        return state["original"](data)
+
+    model.train_function = train_function
+
+    def unwrap():
+        if model.train_function is train_function:
+            model.train_function = state["original"]
+
+    return unwrap

@@ -1,0 +1,192 @@
+"""Growth of `GrowableEmbedding` tables inside `model.fit`."""
+
+import keras
+
+from kmodels.backend import growth as growth_backend
+from kmodels.layers.growable_embedding import GrowableEmbedding
+
+
+class EmbeddingGrowth(keras.callbacks.Callback):
+    """Grows every `GrowableEmbedding` of the model between train steps.
+
+    The one line `model.fit` needs for growing tables on every backend:
+
+    ```python
+    model.fit(x, y, callbacks=[kmodels.layers.EmbeddingGrowth()])
+    ```
+
+    No backend can reshape a variable inside a compiled step. This callback
+    puts a hook in front of the model's train function: before each compiled
+    step it takes the batch the step is about to consume (concrete data, on
+    every backend), checks its ids (the same errors on every backend: non-
+    integer, negative, past `max_capacity`), grows the tables that need it
+    (old rows and optimizer slots kept, new rows from the initializer), and
+    lets the step recompile for the new shapes: on JAX the state that `fit`
+    keeps outside the variables is written back and read again (the jitted
+    step retraces); on TensorFlow the step is a `tf.function` (without XLA)
+    over tables whose first dimension is dynamic; torch runs eagerly (with
+    `jit_compile=True` the step is rebuilt). Growth is
+    geometric, so growths and recompilations stay within
+    `ceil(log(final / initial) / log(growth_factor))` per table.
+
+    The hook finds each table's ids in the batch by following the
+    functional graph from the model's inputs; for other models, or ids that
+    are computed inside the model, pass `ids`.
+
+    Args:
+        ids: optional dict from a `GrowableEmbedding`'s name to a function
+            `x -> ids` (applied to a batch's inputs, NumPy or backend
+            tensors) or to a key of a dict of inputs.
+        verbose: int. 1 prints each growth.
+
+    Attributes:
+        log: list of dicts `{"step", "layer", "from", "to", "max_id"}`, one
+            per table growth, `step` counting train batches of this fit.
+        growths: number of table growths.
+        recompilations: number of steps that had to recompile (a step may
+            grow several tables at once).
+    """
+
+    def __init__(self, ids=None, verbose=0):
+        super().__init__()
+        self.ids = dict(ids or {})
+        self.verbose = verbose
+        self.log = []
+        self.recompilations = 0
+        self._steps = 0
+        self._unwrap = None
+        self._growth_model = None
+        self._locators = {}
+
+    @property
+    def growths(self):
+        return len(self.log)
+
+    def set_model(self, model):
+        super().set_model(model)
+        # Kept apart from `self.model`: on JAX that property syncs the
+        # training state on every access.
+        self._growth_model = model
+
+    def on_train_begin(self, logs=None):
+        model = self._growth_model
+        self._tables = [
+            layer
+            for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, GrowableEmbedding)
+        ]
+        if not self._tables:
+            raise ValueError(
+                "EmbeddingGrowth found no GrowableEmbedding in model "
+                f"'{model.name}'."
+            )
+        self._locators = {t.name: self._locator(model, t) for t in self._tables}
+        for table in self._tables:
+            if not table.built:
+                table.build()
+            table.managed_growth = True
+        self._steps = 0
+        self._unwrap = growth_backend.wrap_train_function(model, self)
+
+    def on_train_end(self, logs=None):
+        self._release()
+
+    def __del__(self):
+        try:
+            self._release()
+        except Exception:
+            pass
+
+    def _release(self):
+        if self._unwrap is not None:
+            self._unwrap()
+            self._unwrap = None
+        for table in getattr(self, "_tables", []):
+            table.managed_growth = False
+
+    # -------------------------------------------- called by the backend hook
+    def plan(self, batches):
+        """Checks the ids of `batches` and returns `{table: capacity}` for
+        the tables that must grow before the step."""
+        plan = {}
+        for batch in batches:
+            x, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
+            for table in self._tables:
+                ids = table.check_ids(self._locators[table.name](x))
+                if not ids.size:
+                    continue
+                max_id = int(ids.max())
+                target = table.required_capacity(max_id)
+                if target > plan.get(table, (table.capacity, -1))[0]:
+                    plan[table] = (target, max_id)
+                elif table in plan:
+                    plan[table] = (plan[table][0], max(max_id, plan[table][1]))
+        self._steps += 1
+        return plan
+
+    def apply(self, plan):
+        """Grows the tables of `plan` (between steps) and logs it."""
+        model = self._growth_model
+        for table, (capacity, max_id) in plan.items():
+            old = table.capacity
+            table.grow_to(capacity)
+            entry = {
+                "step": self._steps - 1,
+                "layer": table.name,
+                "from": old,
+                "to": table.capacity,
+                "max_id": max_id,
+            }
+            self.log.append(entry)
+            if self.verbose:
+                print(
+                    f"EmbeddingGrowth: step {entry['step']}: '{table.name}' "
+                    f"{old} -> {table.capacity} rows (max id {max_id})"
+                )
+        self.recompilations += 1
+        # Compiled evaluation and prediction captured the old shapes.
+        model.test_function = None
+        model.predict_function = None
+
+    # ------------------------------------------------------------- locating
+    def _locator(self, model, table):
+        given = self.ids.get(table.name)
+        if callable(given):
+            return given
+        if given is not None:
+            return lambda x, key=given: x[key]
+        struct = getattr(model, "_inputs_struct", None)
+        if struct is not None:
+            for node in table._inbound_nodes:
+                for tensor in node.input_tensors:
+                    found = _path_to(struct, tensor)
+                    if found is not None:
+                        return found
+        inputs = getattr(model, "inputs", None) or []
+        if len(inputs) == 1:
+            return lambda x: keras.tree.flatten(x)[0]
+        raise ValueError(
+            f"EmbeddingGrowth cannot tell which input of model '{model.name}' "
+            f"holds the ids of GrowableEmbedding '{table.name}'. Pass "
+            f"EmbeddingGrowth(ids={{'{table.name}': lambda x: ...}})."
+        )
+
+
+def _path_to(struct, tensor):
+    """A function that picks `tensor`'s place in inputs shaped as
+    `struct`, or `None`."""
+    if struct is tensor:
+        return lambda x: x
+    if isinstance(struct, dict):
+        for key, value in struct.items():
+            inner = _path_to(value, tensor)
+            if inner is not None:
+                return lambda x, k=key, f=inner: f(x[k])
+    if isinstance(struct, (list, tuple)):
+        for i, value in enumerate(struct):
+            inner = _path_to(value, tensor)
+            if inner is not None:
+                return lambda x, i=i, f=inner: f(
+                    x[i] if isinstance(x, (list, tuple)) else x
+                )
+    return None

@@ -1,0 +1,604 @@
+"""An embedding table that grows while the model trains."""
+
+import math
+import warnings
+
+import keras
+import numpy as np
+from keras import ops
+
+from kmodels.backend import growth as growth_backend
+
+_UNSEEN = ("zeros", "oov", "error")
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix64(z):
+    """SplitMix64 finaliser (Steele et al., 2014), vectorised, wrapping."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (z ^ (z >> np.uint64(31))) & _MASK64
+
+
+def _row_uniform(seed, start, stop, dim, stream=0):
+    """Uniform [0, 1) draws for rows `start..stop-1`, each a function of
+    (seed, row, column) only, so a row's values never depend on the table's
+    size."""
+    rows = np.arange(start, stop, dtype=np.uint64)[:, None]
+    cols = np.arange(dim, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        key = _splitmix64(
+            np.uint64(seed) * np.uint64(2) + np.uint64(stream) + rows * 0
+        )
+        z = _splitmix64(key ^ (rows * np.uint64(dim) + cols))
+    return ((z >> np.uint64(40)).astype(np.float64) + 0.5) / 2.0**24
+
+
+@keras.saving.register_keras_serializable(package="kmodels")
+class GrowableEmbedding(keras.layers.Layer):
+    """An embedding table that gains rows while the model trains.
+
+    During training, ids at or past the table's capacity make it grow
+    *between* train steps, before the step that uses them, so that very step
+    trains the new rows. No backend can create or reshape a variable inside
+    a compiled step, so growth inside `model.fit` needs one extra line:
+    `callbacks=[kmodels.layers.EmbeddingGrowth()]`. Eager calls with
+    `training=True` (and `fit` on torch, eager by default) grow by
+    themselves.
+
+    Capacity grows geometrically (times `growth_factor`, at least to fit
+    the largest id), so `N` distinct ids cost at most
+    `ceil(log(N / initial_capacity) / log(growth_factor))` growths and as
+    many recompilations. Row `i` starts from values that depend only on
+    `(seed, i)`, not on the capacity: a grown table equals a pre-sized one.
+
+    The table trains with its own row-sparse optimizer (`"sgd"` or `"adam"`,
+    lazy Adam as in TensorFlow Addons' `LazyAdam`: only the rows of the
+    batch move, their moments live in the layer and grow with the table), so
+    a train step costs in proportion to the ids in the batch, not to the
+    table. The model's optimizer does not touch the table.
+
+    At inference (`training=False`, `predict`, `evaluate`) the table never
+    grows; ids past the capacity are "unseen" and get zeros (`unseen=
+    "zeros"`), the row of a reserved id (`unseen="oov"`, `oov_id`), or raise
+    (`unseen="error"`). Non-integer ids raise a `TypeError`; negative ids and
+    ids at or past `max_capacity` raise a `ValueError`. These data checks
+    run wherever the ids are concrete: eager calls, torch's eager
+    `fit`/`predict`, and the `EmbeddingGrowth` hook before every step of
+    `fit` on every backend. Inside a compiled `predict` or `evaluate`
+    (TensorFlow, JAX), a data-dependent error is impossible on JAX, so bad
+    ids follow the `unseen` rule there on both.
+
+    Args:
+        output_dim: int. Size of each embedding vector.
+        initial_capacity: int. Rows at build time.
+        growth_factor: float > 1. Capacity multiplier at each growth.
+        max_capacity: int or `None`. Growth past it raises a `ValueError`.
+        embeddings_initializer: `"uniform"` (default, in
+            `[-0.05, 0.05]`), `"normal"` (stddev 0.05), `"zeros"`, or a
+            `keras.initializers.RandomUniform` / `RandomNormal` / `Zeros`;
+            all are drawn row by row from `seed`.
+        optimizer: `"adam"` (default), `"sgd"`, or a `keras.optimizers.SGD`
+            (no momentum) / `keras.optimizers.Adam` with a constant learning
+            rate: the table's sparse optimizer.
+        unseen: `"zeros"`, `"oov"` or `"error"`: what inference returns for
+            ids past the capacity.
+        oov_id: int or `None`. The reserved row used when `unseen="oov"`;
+            must be below `initial_capacity`.
+        mask_zero: bool. Whether id 0 is padding (`compute_mask` returns
+            `ids != 0`, as `keras.layers.Embedding`).
+        seed: int or `None`. Seed of the row initializer; `None` draws one
+            at construction (kept in the config).
+        key_index: optional `kmodels.layers.KeyIndex` mapping raw keys to
+            the rows of this table in the data pipeline; saved and loaded
+            with the layer.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        inputs: integer tensor of ids, any shape.
+        training: bool. Growth and sparse updates happen only in training.
+
+    Example:
+
+    ```python
+    embedding = kmodels.layers.GrowableEmbedding(3, initial_capacity=2)
+    ids = keras.Input(shape=(None,), dtype="int32")
+    outputs = keras.ops.sum(embedding(ids) ** 2, axis=-1)
+    model = keras.Model(ids, outputs)
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.array([[0, 1, 2, 3], [4, 5, 6, 7]])
+    model.fit(x, np.zeros((2, 4)), callbacks=[
+        kmodels.layers.EmbeddingGrowth()])
+    embedding.capacity  # 8
+    ```
+
+    References:
+        - Kingma and Ba, "Adam: A Method for Stochastic Optimization", 2015.
+        - TensorFlow Recommenders-Addons `dynamic_embedding`; TorchRec
+          managed collision modules (growth and remapping between steps).
+    """
+
+    def __init__(
+        self,
+        output_dim,
+        initial_capacity=1024,
+        growth_factor=2.0,
+        max_capacity=None,
+        embeddings_initializer="uniform",
+        optimizer="adam",
+        unseen="zeros",
+        oov_id=None,
+        mask_zero=False,
+        seed=None,
+        key_index=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if int(output_dim) <= 0:
+            raise ValueError(f"output_dim must be > 0; got {output_dim}.")
+        if int(initial_capacity) <= 0:
+            raise ValueError(
+                f"initial_capacity must be > 0; got {initial_capacity}."
+            )
+        if not float(growth_factor) > 1.0:
+            raise ValueError(f"growth_factor must be > 1; got {growth_factor}.")
+        if max_capacity is not None and max_capacity < initial_capacity:
+            raise ValueError(
+                f"max_capacity ({max_capacity}) must be >= "
+                f"initial_capacity ({initial_capacity})."
+            )
+        if unseen not in _UNSEEN:
+            raise ValueError(
+                f"unseen must be one of {_UNSEEN}; got {unseen!r}."
+            )
+        if unseen == "oov" and (
+            oov_id is None or not 0 <= oov_id < initial_capacity
+        ):
+            raise ValueError(
+                'unseen="oov" needs an oov_id in [0, initial_capacity='
+                f"{initial_capacity}); got oov_id={oov_id}."
+            )
+        self.output_dim = int(output_dim)
+        self.initial_capacity = int(initial_capacity)
+        self.growth_factor = float(growth_factor)
+        self.max_capacity = None if max_capacity is None else int(max_capacity)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+        )
+        self._init_kind, self._init_args = _row_initializer(
+            self.embeddings_initializer
+        )
+        self.optimizer = _table_optimizer(optimizer)
+        self.unseen = unseen
+        self.oov_id = oov_id
+        self.mask_zero = bool(mask_zero)
+        if seed is None:
+            seed = int(np.random.default_rng().integers(0, 2**31 - 1))
+        self.seed = int(seed)
+        self.key_index = key_index
+        self.supports_masking = self.mask_zero
+        # Set by `EmbeddingGrowth` while it guards `fit`: every batch of a
+        # compiled step has been checked and fitted beforehand.
+        self.managed_growth = False
+        self.growth_log = []
+        self._warned_unmanaged = False
+
+    # ----------------------------------------------------------------- build
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        trainable = growth_backend.table_is_trainable()
+        self.embeddings = self.add_weight(
+            shape=(self.initial_capacity, self.output_dim),
+            initializer=lambda shape, dtype: ops.convert_to_tensor(
+                self._initial_rows(0, shape[0]), dtype=dtype
+            ),
+            name="embeddings",
+            trainable=trainable,
+            overwrite_with_gradient=trainable,
+        )
+        self.slot_variables = [
+            self.add_weight(
+                shape=(self.initial_capacity, self.output_dim),
+                initializer="zeros",
+                name=name,
+                trainable=trainable,
+                overwrite_with_gradient=trainable,
+            )
+            for name in self._slot_names()
+        ]
+        # The optimizer's step, and the handle through which every backend's
+        # autodiff reaches the sparse update: its "gradient" is step + 1.
+        for variable in [self.embeddings, *self.slot_variables]:
+            growth_backend.make_resizable(variable)
+        self.step = self.add_weight(
+            shape=(),
+            initializer="zeros",
+            name="step",
+            trainable=True,
+            overwrite_with_gradient=True,
+        )
+        self.built = True
+
+    def _slot_names(self):
+        return ("momentum", "velocity") if self.optimizer[0] == "adam" else ()
+
+    def _initial_rows(self, start, stop):
+        dim = self.output_dim
+        kind, args = self._init_kind, self._init_args
+        if kind == "zeros":
+            rows = np.zeros((stop - start, dim))
+        elif kind == "uniform":
+            low, high = args
+            rows = low + (high - low) * _row_uniform(
+                self.seed, start, stop, dim
+            )
+        else:  # normal, Box-Muller on two independent streams
+            mean, stddev = args
+            u1 = _row_uniform(self.seed, start, stop, dim, stream=0)
+            u2 = _row_uniform(self.seed, start, stop, dim, stream=1)
+            rows = mean + stddev * np.sqrt(-2.0 * np.log(u1)) * np.cos(
+                2.0 * np.pi * u2
+            )
+        return rows.astype(self.variable_dtype)
+
+    # -------------------------------------------------------------- capacity
+    @property
+    def capacity(self):
+        """Number of rows the table holds now."""
+        if not self.built:
+            return self.initial_capacity
+        return int(self.embeddings.shape[0])
+
+    def check_ids(self, ids):
+        """Validates concrete ids (NumPy or a backend tensor) and returns
+        them as a NumPy integer array. Raises `TypeError` for non-integer
+        ids and `ValueError` for negative ids or ids past `max_capacity`,
+        with the same message on every backend."""
+        ids = np.asarray(ops.convert_to_numpy(ids))
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise TypeError(
+                f"GrowableEmbedding '{self.name}' expects integer ids; got "
+                f"dtype {ids.dtype}. Map raw keys to rows with "
+                "kmodels.layers.KeyIndex."
+            )
+        if ids.size:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0:
+                raise ValueError(
+                    f"GrowableEmbedding '{self.name}' expects ids >= 0; got "
+                    f"{low}."
+                )
+            if self.max_capacity is not None and high >= self.max_capacity:
+                raise ValueError(
+                    f"GrowableEmbedding '{self.name}' reached max_capacity="
+                    f"{self.max_capacity}: got id {high}, which needs "
+                    f"{high + 1} rows. Raise max_capacity or remap ids."
+                )
+        return ids
+
+    def required_capacity(self, max_id):
+        """The capacity growth picks for ids up to `max_id`: the current one
+        times the smallest power of `growth_factor` that fits, capped at
+        `max_capacity`; the current capacity when it already fits."""
+        capacity = self.capacity
+        if max_id < capacity:
+            return capacity
+        new = capacity
+        while new <= max_id:
+            new = max(new + 1, int(math.ceil(new * self.growth_factor)))
+        if self.max_capacity is not None:
+            new = min(new, self.max_capacity)
+        return new
+
+    def ensure_capacity(self, ids):
+        """Grows the table (eagerly, between steps) so that the concrete
+        `ids` fit; returns the new capacity."""
+        ids = self.check_ids(ids)
+        if ids.size:
+            target = self.required_capacity(int(ids.max()))
+            if target > self.capacity:
+                self.grow_to(target)
+        return self.capacity
+
+    def grow_to(self, capacity):
+        """Grows the table to `capacity` rows: old rows keep their values
+        and optimizer slots, new rows start from the row initializer with
+        zero slots. Must run outside compiled steps."""
+        if not self.built:
+            self.build()
+        old = self.capacity
+        capacity = int(capacity)
+        if capacity <= old:
+            return
+        if self.max_capacity is not None and capacity > self.max_capacity:
+            raise ValueError(
+                f"GrowableEmbedding '{self.name}' cannot grow to {capacity} "
+                f"rows: max_capacity={self.max_capacity}."
+            )
+        table = ops.convert_to_numpy(self.embeddings.value)
+        growth_backend.resize_variable(
+            self.embeddings,
+            np.concatenate([table, self._initial_rows(old, capacity)]),
+        )
+        for slot in self.slot_variables:
+            values = ops.convert_to_numpy(slot.value)
+            pad = np.zeros((capacity - old, self.output_dim), values.dtype)
+            growth_backend.resize_variable(slot, np.concatenate([values, pad]))
+        self.growth_log.append({"from": old, "to": capacity})
+
+    @property
+    def growths(self):
+        """Number of growths since construction (or load)."""
+        return len(self.growth_log)
+
+    # ------------------------------------------------------------------ call
+    def call(self, inputs, training=None):
+        ids = inputs
+        if not _is_integer_dtype(ids):
+            raise TypeError(
+                f"GrowableEmbedding '{self.name}' expects integer ids; got "
+                f"dtype {keras.backend.standardize_dtype(ids.dtype)}. Map "
+                "raw keys to rows with kmodels.layers.KeyIndex."
+            )
+        concrete = growth_backend.is_concrete(ids) and not _in_stateless()
+        if concrete:
+            checked = self.check_ids(ids)
+            if training:
+                self.ensure_capacity(checked)
+            elif self.unseen == "error" and checked.size:
+                if int(checked.max()) >= self.capacity:
+                    raise ValueError(
+                        f"GrowableEmbedding '{self.name}' got unseen id "
+                        f"{int(checked.max())} at inference (capacity "
+                        f'{self.capacity}) and unseen="error".'
+                    )
+        shape = ops.shape(ids)
+        flat = ops.cast(ops.reshape(ids, (-1,)), "int32")
+        # Read from the variable, not a Python int: on TensorFlow a function
+        # traced before a growth must see the new capacity.
+        capacity = growth_backend.capacity_of(self.embeddings)
+        if training and self.trainable:
+            if (
+                not concrete
+                and not self.managed_growth
+                and not self._warned_unmanaged
+            ):
+                self._warned_unmanaged = True
+                warnings.warn(
+                    f"GrowableEmbedding '{self.name}' is training inside a "
+                    "compiled step without kmodels.layers.EmbeddingGrowth: "
+                    "the table cannot grow there, and ids past its capacity "
+                    f"({self.capacity}) are not checked. Pass callbacks=["
+                    "kmodels.layers.EmbeddingGrowth()] to fit.",
+                    stacklevel=2,
+                )
+            flat = ops.clip(flat, 0, capacity - 1)
+            rows = growth_backend.sparse_lookup(self, flat)
+        else:
+            seen = ops.logical_and(flat >= 0, flat < capacity)
+            if self.unseen == "oov":
+                flat = ops.where(seen, flat, self.oov_id)
+                rows = ops.take(self.embeddings.value, flat, axis=0)
+            else:
+                rows = ops.take(
+                    self.embeddings.value, ops.where(seen, flat, 0), axis=0
+                )
+                rows = rows * ops.cast(ops.expand_dims(seen, -1), rows.dtype)
+        rows = ops.cast(rows, self.compute_dtype)
+        return ops.reshape(rows, tuple(shape) + (self.output_dim,))
+
+    def sparse_row_update(self, gather, step, ids, grads, capacity=None):
+        """One step of the table's optimizer on the rows of `ids` only.
+
+        `gather(k, rows)` returns the given rows of the table (`k=0`) or of
+        slot `k - 1`: backends pass a sparse read (reading a whole
+        TensorFlow variable before an in-place scatter would copy it).
+
+        Gradients of repeated ids are summed first (as a dense gradient
+        would). Returns `(rows, new_rows, new_slot_rows)`: `rows` holds each
+        distinct id once, padded to `len(ids)` by repeating the first id
+        with identical values, so a scatter of the result is deterministic
+        on every backend.
+        """
+        n = ops.shape(ids)[0]
+        grads = ops.reshape(
+            ops.cast(grads, self.variable_dtype), (-1, self.output_dim)
+        )
+        order = growth_backend.argsort_ids(ids, capacity)
+        sorted_ids = ops.take(ids, order)
+        sorted_grads = ops.take(grads, order, axis=0)
+        starts = ops.concatenate(
+            [
+                ops.ones((1,), "int32"),
+                ops.cast(
+                    ops.not_equal(sorted_ids[1:], sorted_ids[:-1]), "int32"
+                ),
+            ]
+        )
+        segments = ops.cumsum(starts) - 1
+        summed = ops.segment_sum(sorted_grads, segments, n)
+        count = segments[-1] + 1
+        valid = ops.arange(n, dtype="int32") < count
+        rows = ops.segment_max(sorted_ids, segments, n)
+        rows = ops.where(valid, rows, sorted_ids[0])
+        current = gather(0, rows)
+        kind, hyper = self.optimizer
+        lr = hyper["learning_rate"]
+        if kind == "sgd":
+            new_rows = current - lr * summed
+            new_slots = []
+        else:
+            b1, b2, eps = hyper["beta_1"], hyper["beta_2"], hyper["epsilon"]
+            m = gather(1, rows)
+            v = gather(2, rows)
+            t = ops.cast(step, self.variable_dtype) + 1.0
+            m = b1 * m + (1.0 - b1) * summed
+            v = b2 * v + (1.0 - b2) * ops.square(summed)
+            alpha = (
+                lr * ops.sqrt(1.0 - ops.power(b2, t)) / (1.0 - ops.power(b1, t))
+            )
+            new_rows = current - alpha * m / (ops.sqrt(v) + eps)
+            new_slots = [m, v]
+        keep = ops.expand_dims(valid, -1)
+        new_rows = ops.where(keep, new_rows, new_rows[:1])
+        new_slots = [ops.where(keep, s, s[:1]) for s in new_slots]
+        return rows, new_rows, new_slots
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    # ---------------------------------------------------------------- saving
+    def save_own_variables(self, store):
+        store["embeddings"] = ops.convert_to_numpy(self.embeddings.value)
+        for name, slot in zip(self._slot_names(), self.slot_variables):
+            store[name] = ops.convert_to_numpy(slot.value)
+        store["step"] = ops.convert_to_numpy(self.step.value)
+
+    def load_own_variables(self, store):
+        if not self.built:
+            self.build()
+        table = np.asarray(store["embeddings"])
+        if table.shape[1] != self.output_dim:
+            raise ValueError(
+                f"GrowableEmbedding '{self.name}': saved rows have "
+                f"{table.shape[1]} columns; output_dim={self.output_dim}."
+            )
+        growth_backend.resize_variable(self.embeddings, table)
+        for name, slot in zip(self._slot_names(), self.slot_variables):
+            growth_backend.resize_variable(slot, np.asarray(store[name]))
+        self.step.assign(np.asarray(store["step"]))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "output_dim": self.output_dim,
+                "initial_capacity": self.initial_capacity,
+                "growth_factor": self.growth_factor,
+                "max_capacity": self.max_capacity,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+                "optimizer": _serialize_optimizer(self.optimizer),
+                "unseen": self.unseen,
+                "oov_id": self.oov_id,
+                "mask_zero": self.mask_zero,
+                "seed": self.seed,
+                "key_index": (
+                    None
+                    if self.key_index is None
+                    else keras.saving.serialize_keras_object(self.key_index)
+                ),
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if config.get("key_index") is not None:
+            config["key_index"] = keras.saving.deserialize_keras_object(
+                config["key_index"]
+            )
+        return cls(**config)
+
+
+def _is_integer_dtype(x):
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    return dtype.startswith("int") or dtype.startswith("uint")
+
+
+def _in_stateless():
+    from keras.src.backend.common.stateless_scope import in_stateless_scope
+
+    return in_stateless_scope()
+
+
+def _row_initializer(initializer):
+    name = type(initializer).__name__
+    if name == "Zeros":
+        return "zeros", ()
+    if name == "RandomUniform":
+        return "uniform", (initializer.minval, initializer.maxval)
+    if name == "RandomNormal":
+        return "normal", (initializer.mean, initializer.stddev)
+    raise ValueError(
+        "GrowableEmbedding draws rows one by one so that growth never changes "
+        "them; embeddings_initializer must be 'uniform', 'normal', 'zeros' "
+        "or a keras.initializers.RandomUniform / RandomNormal / Zeros; got "
+        f"{name}."
+    )
+
+
+_DEFAULTS = {
+    "sgd": {"learning_rate": 0.01},
+    "adam": {
+        "learning_rate": 0.001,
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "epsilon": 1e-7,
+    },
+}
+
+
+def _table_optimizer(optimizer):
+    """Normalises `optimizer` to `(kind, hyperparameters)`."""
+    if isinstance(optimizer, (tuple, list)) and len(optimizer) == 2:
+        kind, hyper = optimizer
+        return kind, {**_DEFAULTS[kind], **hyper}
+    if isinstance(optimizer, dict) and "kind" in optimizer:
+        hyper = {k: v for k, v in optimizer.items() if k != "kind"}
+        return optimizer["kind"], {**_DEFAULTS[optimizer["kind"]], **hyper}
+    if isinstance(optimizer, str):
+        if optimizer.lower() not in _DEFAULTS:
+            raise ValueError(
+                "GrowableEmbedding's table optimizer must be 'sgd' or 'adam'"
+                f"; got {optimizer!r}."
+            )
+        kind = optimizer.lower()
+        return kind, dict(_DEFAULTS[kind])
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        kind = type(optimizer).__name__.lower()
+        if kind not in _DEFAULTS:
+            raise ValueError(
+                "GrowableEmbedding's table optimizer must be a "
+                f"keras.optimizers.SGD or Adam; got {type(optimizer).__name__}."
+            )
+        lr = optimizer._learning_rate
+        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+            raise ValueError(
+                "GrowableEmbedding's table optimizer needs a constant "
+                "learning rate; got a schedule."
+            )
+        hyper = {"learning_rate": float(ops.convert_to_numpy(lr))}
+        if kind == "sgd" and optimizer.momentum:
+            raise ValueError(
+                "GrowableEmbedding's sparse SGD has no momentum; got "
+                f"momentum={optimizer.momentum}."
+            )
+        if kind == "adam":
+            if optimizer.amsgrad:
+                raise ValueError("GrowableEmbedding's Adam has no amsgrad.")
+            hyper.update(
+                beta_1=float(optimizer.beta_1),
+                beta_2=float(optimizer.beta_2),
+                epsilon=float(optimizer.epsilon),
+            )
+        return kind, {**_DEFAULTS[kind], **hyper}
+    raise ValueError(
+        f"GrowableEmbedding: unsupported optimizer {optimizer!r}; use 'sgd', "
+        "'adam' or a keras.optimizers.SGD / Adam."
+    )
+
+
+def _serialize_optimizer(optimizer):
+    kind, hyper = optimizer
+    return {"kind": kind, **hyper}

@@ -1,0 +1,187 @@
+"""A task that needs positions: does a sequence's first token equal its last?
+
+Three Transformer encoders train on the same data and are scored on held-out
+sequences:
+
+- `correct`: `kmodels.layers.PositionalEmbedding` (token + learned position
+  embeddings, summed), the right composition;
+- `no positions`: the token embedding alone;
+- `seed 003 bug`: the token embedding fed to
+  `keras_hub.layers.PositionEmbedding`, whose output alone goes on (the
+  wiring of seed 003): the token embedding is disconnected.
+
+Negative examples are permutations of positive ones (same tokens, first !=
+last), so the multiset of tokens says nothing about the label: a model
+without positions cannot beat chance, and neither can one whose output
+ignores the tokens. The demo also runs `check_gradient_flow` on each model
+and prints its verdict.
+
+Run: `python -m kmodels.models.position_demo [--quick]`.
+"""
+
+import argparse
+import time
+
+import keras
+import keras_hub
+import numpy as np
+
+from kmodels.diagnostics import GradientFlowError
+from kmodels.diagnostics import check_gradient_flow
+from kmodels.models.transformer_encoder import transformer_encoder
+
+
+def first_equals_last_data(num_examples, length, vocabulary_size, seed):
+    """Balanced `(ids, labels)`; label 1 when `ids[:, 0] == ids[:, -1]`.
+
+    Each negative is a permutation of a positive with `first != last`, so
+    positives and negatives hold the same tokens.
+    """
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, vocabulary_size, size=(num_examples, length))
+    ids[:, -1] = ids[:, 0]
+    labels = np.ones(num_examples, "int32")
+    for i in range(1, num_examples, 2):
+        row = ids[i]
+        while len(set(row)) == 1:  # no permutation can separate the ends
+            row = rng.integers(1, vocabulary_size, size=length)
+            row[-1] = row[0]
+        while row[0] == row[-1]:
+            row = rng.permutation(row)
+        ids[i] = row
+        labels[i] = 0
+    return ids.astype("int32"), labels
+
+
+def seed_003_model(
+    vocabulary_size, sequence_length, embedding_dim, num_classes=2, **kwargs
+):
+    """The wiring of seed 003: `Embedding -> PositionEmbedding -> encoder`,
+    the token embeddings dropped (kept to reproduce the bug)."""
+    inputs = keras.Input((sequence_length,), dtype="int32")
+    tokens = keras.layers.Embedding(
+        vocabulary_size, embedding_dim, name="embedding"
+    )(inputs)
+    x = keras_hub.layers.PositionEmbedding(
+        sequence_length, name="position_embedding"
+    )(tokens)
+    x = keras_hub.layers.TransformerEncoder(
+        intermediate_dim=kwargs.get("intermediate_dim", 32),
+        num_heads=kwargs.get("num_heads", 2),
+        name="encoder_0",
+    )(x)
+    x = keras.layers.GlobalAveragePooling1D(name="pooling")(x)
+    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    return keras.Model(inputs, outputs, name="seed_003")
+
+
+def no_position_model(
+    vocabulary_size, sequence_length, embedding_dim, num_classes=2, **kwargs
+):
+    """Token embedding only: permutation-invariant, blind to order."""
+    inputs = keras.Input((sequence_length,), dtype="int32")
+    x = keras.layers.Embedding(
+        vocabulary_size, embedding_dim, name="embedding"
+    )(inputs)
+    x = keras_hub.layers.TransformerEncoder(
+        intermediate_dim=kwargs.get("intermediate_dim", 32),
+        num_heads=kwargs.get("num_heads", 2),
+        name="encoder_0",
+    )(x)
+    x = keras.layers.GlobalAveragePooling1D(name="pooling")(x)
+    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    return keras.Model(inputs, outputs, name="no_positions")
+
+
+def correct_model(
+    vocabulary_size, sequence_length, embedding_dim, num_classes=2, **kwargs
+):
+    return transformer_encoder(
+        keras.layers.Embedding(vocabulary_size, embedding_dim),
+        (sequence_length,),
+        num_classes=num_classes,
+        intermediate_dim=kwargs.get("intermediate_dim", 32),
+        num_heads=kwargs.get("num_heads", 2),
+        name="correct",
+    )
+
+
+def _verdict(model, x, y, loss):
+    try:
+        check_gradient_flow(model, x, y, loss=loss)
+    except GradientFlowError as e:
+        return str(e)
+    return "passed"
+
+
+def run(quick=False, seed=0, verbose=0):
+    """Trains the three models; returns a list of result dicts."""
+    if quick:
+        length, vocabulary_size, dim = 4, 6, 16
+        train_n, epochs = 1024, 12
+    else:
+        length, vocabulary_size, dim = 6, 9, 32
+        train_n, epochs = 4096, 15
+    sizes = dict(embedding_dim=dim, intermediate_dim=2 * dim, num_heads=2)
+    x, y = first_equals_last_data(train_n, length, vocabulary_size, seed)
+    x_test, y_test = first_equals_last_data(
+        1024, length, vocabulary_size, seed + 1
+    )
+    builders = (
+        ("correct", correct_model),
+        ("no positions", no_position_model),
+        ("seed 003 bug", seed_003_model),
+    )
+    results = []
+    for name, build in builders:
+        keras.utils.set_random_seed(seed)
+        model = build(vocabulary_size, length, **sizes)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        verdict = _verdict(model, x[:16], y[:16], loss)
+        model.compile(
+            optimizer=keras.optimizers.Adam(3e-3 if not quick else 5e-3),
+            loss=loss,
+            metrics=["accuracy"],
+        )
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=32, epochs=epochs, verbose=verbose)
+        seconds = time.perf_counter() - start
+        _, accuracy = model.evaluate(x_test, y_test, verbose=0)
+        results.append(
+            dict(
+                model=name,
+                accuracy=float(accuracy),
+                seconds=seconds,
+                check=verdict,
+            )
+        )
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller run (< 30 s)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    results = run(quick=args.quick, seed=args.seed)
+    print(
+        f"first token == last token, backend {keras.backend.backend()}, "
+        f"chance = 50%{' (--quick: small run)' if args.quick else ''}"
+    )
+    print(f"{'model':<14} {'held-out acc':>12} {'train s':>8}  gradient check")
+    for r in results:
+        check = "passed" if r["check"] == "passed" else "FAILED (below)"
+        print(
+            f"{r['model']:<14} {r['accuracy']:>12.1%} {r['seconds']:>8.1f}  "
+            f"{check}"
+        )
+    for r in results:
+        if r["check"] != "passed":
+            print(f"\n{r['model']}: {r['check']}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
