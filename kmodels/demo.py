@@ -24,6 +24,8 @@ DEMOS = {
     "position": "kmodels.models.position_demo",
     "recommender": "kmodels.models.recommender_demo",
 }
+# Demos that take `--out DIR` (the seq2seq demo saves its attention heat map).
+WRITES_FILES = ("seq2seq",)
 
 
 def installed_backends():
@@ -122,7 +124,7 @@ def _run_backend(args):
             continue
         print(f"-- {demo} demo ({module})", flush=True)
         demo_args = ["--quick"] if args.quick else []
-        if args.out:
+        if args.out and demo in WRITES_FILES:
             demo_args += ["--out", os.path.join(args.out, backend)]
         start = time.perf_counter()
         importlib.import_module(module).main(demo_args)
