@@ -53,6 +53,16 @@ def first_equals_last_data(num_examples, length, vocabulary_size, seed):
     return ids.astype("int32"), labels
 
 
+def _encoder_head(x, num_classes, intermediate_dim=32, num_heads=2, **_):
+    """One Transformer encoder, mean pooling and logits: the part the
+    demo's baseline models share."""
+    x = keras_hub.layers.TransformerEncoder(
+        intermediate_dim=intermediate_dim, num_heads=num_heads, name="encoder_0"
+    )(x)
+    x = keras.layers.GlobalAveragePooling1D(name="pooling")(x)
+    return keras.layers.Dense(num_classes, name="logits")(x)
+
+
 def seed_003_model(
     vocabulary_size, sequence_length, embedding_dim, num_classes=2, **kwargs
 ):
@@ -65,13 +75,7 @@ def seed_003_model(
     x = keras_hub.layers.PositionEmbedding(
         sequence_length, name="position_embedding"
     )(tokens)
-    x = keras_hub.layers.TransformerEncoder(
-        intermediate_dim=kwargs.get("intermediate_dim", 32),
-        num_heads=kwargs.get("num_heads", 2),
-        name="encoder_0",
-    )(x)
-    x = keras.layers.GlobalAveragePooling1D(name="pooling")(x)
-    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    outputs = _encoder_head(x, num_classes, **kwargs)
     return keras.Model(inputs, outputs, name="seed_003")
 
 
@@ -83,13 +87,7 @@ def no_position_model(
     x = keras.layers.Embedding(
         vocabulary_size, embedding_dim, name="embedding"
     )(inputs)
-    x = keras_hub.layers.TransformerEncoder(
-        intermediate_dim=kwargs.get("intermediate_dim", 32),
-        num_heads=kwargs.get("num_heads", 2),
-        name="encoder_0",
-    )(x)
-    x = keras.layers.GlobalAveragePooling1D(name="pooling")(x)
-    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    outputs = _encoder_head(x, num_classes, **kwargs)
     return keras.Model(inputs, outputs, name="no_positions")
 
 
