@@ -7,11 +7,25 @@ is fixed by `KERAS_BACKEND` before Keras is imported.
 import importlib.metadata
 import os
 
-import keras
-import numpy as np
-import pytest
+# `tox -e distributed` sets KMODELS_VIRTUAL_DEVICES=4: the backend must split
+# the CPU before it creates its devices, so this runs before anything else.
+_VIRTUAL_DEVICES = int(os.environ.get("KMODELS_VIRTUAL_DEVICES") or 0)
+if _VIRTUAL_DEVICES:
+    from kmodels.distributed import virtual_cpu_devices
 
-from kmodels.parity import ParityStore
+    virtual_cpu_devices(
+        _VIRTUAL_DEVICES, backend=os.environ.get("KERAS_BACKEND")
+    )
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from kmodels.parity import ParityStore  # noqa: E402
+
+# The multi-device tests need the virtual devices above; the per-backend
+# environments (one device) leave them to `tox -e distributed`.
+collect_ignore = [] if _VIRTUAL_DEVICES else ["distributed"]
 
 _STORE = None
 
@@ -29,6 +43,7 @@ def pytest_report_header(config):
     return [
         f"keras backend: {backend} (KERAS_BACKEND="
         f"{os.environ.get('KERAS_BACKEND', '<unset>')})",
+        f"virtual CPU devices: {_VIRTUAL_DEVICES or 'not requested'}",
         f"versions: keras {keras.__version__}, keras-hub "
         f"{_version('keras-hub')}, {lib} {_version(lib)}, numpy "
         f"{np.__version__}",

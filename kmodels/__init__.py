@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _SUBPACKAGES = (
     "backend",
     "diagnostics",
+    "distributed",
     "layers",
     "models",
     "oracle",

@@ -1,0 +1,8 @@
+"""Running kmodels on several devices with Keras' own distribution engines.
+
+`keras.distribution` (JAX: data and model parallel, multi-host) and
+`tf.distribute` (TensorFlow) do the work; this package adds what kmodels
+needs on top of them. See `docs/distributed.md`.
+"""
+
+from kmodels.distributed.virtual_devices import virtual_cpu_devices

@@ -1,0 +1,100 @@
+"""Several CPU devices on one machine, to test distributed code anywhere."""
+
+import os
+import sys
+
+_XLA_FLAG = "--xla_force_host_platform_device_count"
+
+
+def virtual_cpu_devices(count, backend=None):
+    """Splits the host CPU into `count` devices for the current process.
+
+    Distributed code (`keras.distribution` on JAX, `tf.distribute` on
+    TensorFlow) can then be run and tested on a laptop or a CI runner: each
+    virtual device is a real XLA (JAX) or TensorFlow CPU device, with its own
+    buffers and real collectives between them, but they all share the same
+    cores, so they show correctness and communication, not speed-up.
+
+    Must be called before the backend creates its devices: before `jax` runs
+    its first computation, before TensorFlow runs its first op. Setting
+    `XLA_FLAGS=--xla_force_host_platform_device_count=N` in the environment
+    has the same effect on JAX. torch has no equivalent; this is a no-op
+    there (see `docs/distributed.md`).
+
+    Args:
+        count: int >= 1. Number of CPU devices.
+        backend: `"jax"`, `"tensorflow"` or `"torch"`; defaults to
+            `keras.backend.backend()`.
+
+    Returns:
+        The number of CPU devices the backend now exposes (1 on torch).
+
+    Raises:
+        RuntimeError: when the backend has already created its devices with
+            a different count.
+
+    Example:
+
+    ```python
+    import os
+    os.environ["KERAS_BACKEND"] = "jax"
+    from kmodels.distributed import virtual_cpu_devices
+    virtual_cpu_devices(4)
+    import keras
+    keras.distribution.list_devices()  # ['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3']
+    ```
+    """
+    count = int(count)
+    if count < 1:
+        raise ValueError(f"count must be >= 1; got {count}.")
+    if backend is None:
+        import keras
+
+        backend = keras.backend.backend()
+    if backend == "jax":
+        return _jax(count)
+    if backend == "tensorflow":
+        return _tensorflow(count)
+    return 1
+
+
+def _jax(count):
+    flags = [
+        f
+        for f in os.environ.get("XLA_FLAGS", "").split()
+        if not f.startswith(_XLA_FLAG)
+    ]
+    os.environ["XLA_FLAGS"] = " ".join(flags + [f"{_XLA_FLAG}={count}"])
+    if "jax" in sys.modules:
+        import jax
+
+        # Reading the devices initialises the backend; with the flag set
+        # first, it comes up with `count` CPU devices.
+        found = len(jax.devices("cpu"))
+        if found != count:
+            raise RuntimeError(
+                f"JAX already created {found} CPU device(s); virtual_cpu_"
+                f"devices({count}) must run before JAX's first computation "
+                f"(or set XLA_FLAGS={_XLA_FLAG}={count} before starting "
+                "Python)."
+            )
+    return count
+
+
+def _tensorflow(count):
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * count
+        )
+    except RuntimeError as error:
+        found = len(tf.config.list_logical_devices("CPU"))
+        if found != count:
+            raise RuntimeError(
+                f"TensorFlow already created {found} CPU device(s); "
+                f"virtual_cpu_devices({count}) must run before TensorFlow's "
+                "first op."
+            ) from error
+    return len(tf.config.list_logical_devices("CPU"))
