@@ -5,7 +5,9 @@ the same on every backend; the few things that differ live behind the
 functions below:
 
 - `resize_variable`: give a built Keras variable a new shape (Keras' own
-  `assign` refuses a new shape).
+  `assign` refuses a new shape), in the layout the distribution gave it.
+- `append_rows`: grow a table by rows; `row_shards`, `planned_row_shards`:
+  the number of shards of its rows under `keras.distribution` (JAX).
 - `sparse_lookup`: gather rows of the table and, in the backward pass, apply
   the table's own optimizer to the rows of the batch only. TensorFlow and
   torch write the rows in place into non-trainable variables; JAX has no side
@@ -16,7 +18,10 @@ functions below:
   right before `model.fit` runs the compiled step on it.
 """
 
+import types
+
 import keras
+import numpy as np
 
 _MODULES = {
     "tensorflow": "kmodels.backend.growth_tensorflow",
@@ -56,6 +61,52 @@ def resize_variable(variable, value):
     """Replaces the value of a built Keras `variable` by the NumPy array
     `value`, whose shape may differ from the variable's."""
     _impl().resize_variable(variable, value)
+
+
+def append_rows(variable, rows):
+    """Appends the NumPy `rows` to a built Keras table `variable` (old rows
+    kept). JAX appends on the devices, in the variable's sharding; the other
+    backends read the table back and resize it."""
+    impl = _impl()
+    if hasattr(impl, "append_rows"):
+        impl.append_rows(variable, rows)
+        return
+    table = keras.ops.convert_to_numpy(variable.value)
+    impl.resize_variable(variable, np.concatenate([table, rows]))
+
+
+def row_shards(variable):
+    """Number of pieces the variable's first dimension is split into by
+    the distribution it was created under (`keras.distribution`, JAX only;
+    1 elsewhere and without a distribution)."""
+    impl = _impl()
+    if hasattr(impl, "row_shards"):
+        return impl.row_shards(variable)
+    return 1
+
+
+def planned_row_shards(layer, name, shape):
+    """`row_shards` of the variable `layer.add_weight(name=name, shape=
+    shape)` would create now, before it exists: JAX refuses to shard a row
+    count that the shards do not divide, so the layer must pick a multiple
+    first. Asks the current distribution for the layout of the variable's
+    future path, as Keras does when the variable is created."""
+    distribution = keras.distribution.distribution()
+    if distribution is None or not hasattr(_impl(), "row_shards"):
+        return 1
+    from keras.src.backend.common.name_scope import current_path
+
+    from kmodels.distributed.embedding_sharding import row_shards as shards
+
+    # The same scope as `Layer.add_weight`, hence the same path.
+    with keras.name_scope(layer.name, caller=layer):
+        parent = current_path()
+    future = types.SimpleNamespace(
+        path=f"{parent}/{name}" if parent else name,
+        shape=tuple(shape),
+        _layout=None,
+    )
+    return shards(distribution.get_variable_layout(future))
 
 
 def sparse_lookup(layer, ids):

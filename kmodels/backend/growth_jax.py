@@ -2,6 +2,8 @@
 
 import jax
 import jax.numpy as jnp
+import keras
+import numpy as np
 
 from kmodels.backend.growth import pull_batches
 
@@ -10,9 +12,52 @@ from kmodels.backend.growth import pull_batches
 TABLE_IS_TRAINABLE = True
 
 
+def _sharding(variable):
+    """The `jax.sharding.Sharding` Keras gave `variable` from the
+    distribution when it was created, or `None` (no distribution)."""
+    layout = getattr(variable, "_layout", None)
+    return getattr(layout, "backend_layout", layout)
+
+
 def resize_variable(variable, value):
-    variable._shape = tuple(int(d) for d in value.shape)
-    variable._value = jnp.asarray(value, dtype=variable.dtype)
+    shape = tuple(int(d) for d in value.shape)
+    sharding = _sharding(variable)
+    if sharding is None:
+        new = jnp.asarray(value, dtype=variable.dtype)
+    else:
+        # Straight from host memory: each device receives only its rows.
+        value = np.asarray(value, dtype=jnp.dtype(variable.dtype))
+        new = keras.distribution.distribute_tensor(value, sharding)
+    variable._shape = shape
+    variable._value = new
+
+
+def append_rows(variable, rows):
+    sharding = _sharding(variable)
+    old = variable.value
+    rows = np.asarray(rows, dtype=old.dtype)
+    if sharding is None:
+        new = jnp.concatenate([old, jnp.asarray(rows)])
+    else:
+        # The old rows never leave the devices: XLA moves the rows whose
+        # shard changes device to device, and only the new rows come from
+        # the host, each device receiving its part.
+        rows = keras.distribution.distribute_tensor(rows, sharding)
+        new = jax.jit(_concatenate, out_shardings=sharding)(old, rows)
+    variable._shape = tuple(int(d) for d in new.shape)
+    variable._value = new
+
+
+def _concatenate(old, rows):
+    return jnp.concatenate([old, rows])
+
+
+def row_shards(variable):
+    sharding = _sharding(variable)
+    if sharding is None:
+        return 1
+    shape = tuple(variable.shape)
+    return shape[0] // sharding.shard_shape(shape)[0]
 
 
 def argsort_ids(ids, capacity):

@@ -10,6 +10,8 @@ TABLE_IS_TRAINABLE = False
 
 def make_resizable(variable):
     old = variable._value
+    if isinstance(old, tf.distribute.DistributedValues):
+        _refuse_strategy(variable)
     with tf.init_scope():
         variable._value = tf.Variable(
             old.read_value(),
@@ -18,6 +20,22 @@ def make_resizable(variable):
             name=variable.name,
             shape=tf.TensorShape([None] + old.shape.as_list()[1:]),
         )
+
+
+def _refuse_strategy(variable):
+    # Under a tf.distribute strategy (even a one-device MirroredStrategy)
+    # Keras creates DistributedVariables: their handle exists only inside a
+    # replica context, and the sparse row updates would have to be written
+    # to every copy. Fail at build time instead of inside the first step.
+    strategy = tf.distribute.get_strategy()
+    raise NotImplementedError(
+        f"GrowableEmbedding ('{variable.path}') does not support "
+        "tf.distribute strategies: expected the default strategy (one "
+        f"device, no strategy scope); got {type(strategy).__name__} with "
+        f"{strategy.num_replicas_in_sync} replica(s). Build and train the "
+        "model outside strategy.scope(), or use the JAX backend with "
+        "keras.distribution (kmodels.distributed.shard_embedding_rows)."
+    )
 
 
 def resize_variable(variable, value):

@@ -5,4 +5,5 @@
 needs on top of them. See `docs/distributed.md`.
 """
 
+from kmodels.distributed.embedding_sharding import shard_embedding_rows
 from kmodels.distributed.virtual_devices import virtual_cpu_devices

@@ -27,7 +27,9 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     over tables whose first dimension is dynamic; torch runs eagerly (with
     `jit_compile=True` the step is rebuilt). Growth is
     geometric, so growths and recompilations stay within
-    `ceil(log(final / initial) / log(growth_factor))` per table.
+    `ceil(log(final / initial) / log(growth_factor))` per table. Under
+    `keras.distribution` (JAX) a grown table keeps its layout: sharded by
+    rows (capacity a multiple of the shards) or replicated.
 
     The hook finds each table's ids in the batch by following the
     functional graph from the model's inputs; for other models, or ids that

@@ -71,9 +71,16 @@ class GrowableEmbedding(keras.layers.Layer):
     (TensorFlow, JAX), a data-dependent error is impossible on JAX, so bad
     ids follow the `unseen` rule there on both.
 
+    On JAX the table and its moments can be split by rows over devices
+    with `keras.distribution.ModelParallel` (entries from
+    `kmodels.distributed.shard_embedding_rows`); the capacity then stays a
+    multiple of the number of shards (at build, growth and load) and a grown
+    table keeps its sharding. Under `DataParallel` it is replicated.
+
     Args:
         output_dim: int. Size of each embedding vector.
-        initial_capacity: int. Rows at build time.
+        initial_capacity: int. Rows at build time (rounded up to a multiple
+            of the shards when the rows are sharded).
         growth_factor: float > 1. Capacity multiplier at each growth.
         max_capacity: int or `None`. Growth past it raises a `ValueError`.
         embeddings_initializer: `"uniform"` (default, in
@@ -190,8 +197,14 @@ class GrowableEmbedding(keras.layers.Layer):
         if self.built:
             return
         trainable = growth_backend.table_is_trainable()
+        # Sharded by rows (`keras.distribution`, JAX), the capacity must be
+        # a multiple of the shards: JAX refuses to split 6 rows over 4.
+        shards = growth_backend.planned_row_shards(
+            self, "embeddings", (self.initial_capacity, self.output_dim)
+        )
+        capacity = _round_up(self.initial_capacity, shards)
         self.embeddings = self.add_weight(
-            shape=(self.initial_capacity, self.output_dim),
+            shape=(capacity, self.output_dim),
             initializer=lambda shape, dtype: ops.convert_to_tensor(
                 self._initial_rows(0, shape[0]), dtype=dtype
             ),
@@ -201,7 +214,7 @@ class GrowableEmbedding(keras.layers.Layer):
         )
         self.slot_variables = [
             self.add_weight(
-                shape=(self.initial_capacity, self.output_dim),
+                shape=(capacity, self.output_dim),
                 initializer="zeros",
                 name=name,
                 trainable=trainable,
@@ -247,10 +260,20 @@ class GrowableEmbedding(keras.layers.Layer):
     # -------------------------------------------------------------- capacity
     @property
     def capacity(self):
-        """Number of rows the table holds now."""
+        """Number of rows the table holds now (before `build`: the
+        `initial_capacity`, which `build` rounds up to `row_multiple`)."""
         if not self.built:
             return self.initial_capacity
         return int(self.embeddings.shape[0])
+
+    @property
+    def row_multiple(self):
+        """The capacity is always a multiple of this: the number of shards
+        of the table's rows under `keras.distribution` (1 without one, and
+        on TensorFlow and torch, whose Keras backends ignore layouts)."""
+        if not self.built:
+            return 1
+        return growth_backend.row_shards(self.embeddings)
 
     def check_ids(self, ids):
         """Validates concrete ids (NumPy or a backend tensor) and returns
@@ -282,7 +305,8 @@ class GrowableEmbedding(keras.layers.Layer):
     def required_capacity(self, max_id):
         """The capacity growth picks for ids up to `max_id`: the current one
         times the smallest power of `growth_factor` that fits, capped at
-        `max_capacity`; the current capacity when it already fits."""
+        `max_capacity`, rounded up to a multiple of `row_multiple`; the
+        current capacity when it already fits."""
         capacity = self.capacity
         if max_id < capacity:
             return capacity
@@ -291,7 +315,7 @@ class GrowableEmbedding(keras.layers.Layer):
             new = max(new + 1, int(math.ceil(new * self.growth_factor)))
         if self.max_capacity is not None:
             new = min(new, self.max_capacity)
-        return new
+        return _round_up(new, self.row_multiple)
 
     def ensure_capacity(self, ids):
         """Grows the table (eagerly, between steps) so that the concrete
@@ -306,28 +330,34 @@ class GrowableEmbedding(keras.layers.Layer):
     def grow_to(self, capacity):
         """Grows the table to `capacity` rows: old rows keep their values
         and optimizer slots, new rows start from the row initializer with
-        zero slots. Must run outside compiled steps."""
+        zero slots. Must run outside compiled steps. `capacity` is rounded
+        up to a multiple of `row_multiple`; a sharded table stays sharded
+        the same way (JAX: the old rows stay on the devices, only the new
+        rows are made on the host)."""
         if not self.built:
             self.build()
         old = self.capacity
-        capacity = int(capacity)
+        multiple = self.row_multiple
+        capacity = _round_up(int(capacity), multiple)
         if capacity <= old:
             return
-        if self.max_capacity is not None and capacity > self.max_capacity:
+        if self.max_capacity is not None and capacity > _round_up(
+            self.max_capacity, multiple
+        ):
             raise ValueError(
                 f"GrowableEmbedding '{self.name}' cannot grow to {capacity} "
                 f"rows: max_capacity={self.max_capacity}."
             )
-        table = ops.convert_to_numpy(self.embeddings.value)
-        growth_backend.resize_variable(
-            self.embeddings,
-            np.concatenate([table, self._initial_rows(old, capacity)]),
+        self._append_rows(old, capacity)
+        self.growth_log.append({"from": old, "to": capacity})
+
+    def _append_rows(self, old, capacity):
+        growth_backend.append_rows(
+            self.embeddings, self._initial_rows(old, capacity)
         )
         for slot in self.slot_variables:
-            values = ops.convert_to_numpy(slot.value)
-            pad = np.zeros((capacity - old, self.output_dim), values.dtype)
-            growth_backend.resize_variable(slot, np.concatenate([values, pad]))
-        self.growth_log.append({"from": old, "to": capacity})
+            pad = np.zeros((capacity - old, self.output_dim), slot.dtype)
+            growth_backend.append_rows(slot, pad)
 
     @property
     def growths(self):
@@ -471,9 +501,21 @@ class GrowableEmbedding(keras.layers.Layer):
                 f"GrowableEmbedding '{self.name}': saved rows have "
                 f"{table.shape[1]} columns; output_dim={self.output_dim}."
             )
-        growth_backend.resize_variable(self.embeddings, table)
+        # Saved with another number of shards (or none): pad to a multiple
+        # of this table's (JAX cannot shard the saved rows otherwise), with
+        # the rows growth would have added.
+        saved = len(table)
+        capacity = _round_up(saved, self.row_multiple)
+        pad = np.zeros((capacity - saved, self.output_dim))
+        growth_backend.resize_variable(
+            self.embeddings,
+            np.concatenate([table, self._initial_rows(saved, capacity)]),
+        )
         for name, slot in zip(self._slot_names(), self.slot_variables):
-            growth_backend.resize_variable(slot, np.asarray(store[name]))
+            values = np.asarray(store[name])
+            growth_backend.resize_variable(
+                slot, np.concatenate([values, pad.astype(values.dtype)])
+            )
         self.step.assign(np.asarray(store["step"]))
 
     def get_config(self):
@@ -509,6 +551,10 @@ class GrowableEmbedding(keras.layers.Layer):
                 config["key_index"]
             )
         return cls(**config)
+
+
+def _round_up(n, multiple):
+    return -(-int(n) // int(multiple)) * int(multiple)
 
 
 def _is_integer_dtype(x):

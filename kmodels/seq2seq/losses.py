@@ -15,6 +15,7 @@ of crashing TensorFlow and torch and passing silently on JAX.
 import keras
 from keras import ops
 
+from kmodels.backend.replicas import sum_over_replicas
 from kmodels.seq2seq.masking import PAD_ID
 
 
@@ -61,7 +62,11 @@ def masked_loss(y_true, y_pred):
 
     Returns:
         A scalar: the sum of per-token losses divided by the number of real
-        tokens. NaN when a label lies outside `[0, vocab)`.
+        tokens. NaN when a label lies outside `[0, vocab)`. Inside a
+        `tf.distribute` step with several replicas, the divisor is the
+        number of real tokens over all replicas (as
+        `tf.nn.compute_average_loss` divides by the global batch size), so
+        the gradients the strategy sums are those of the global batch.
 
     Raises:
         ValueError: when the static shapes do not match `(batch, t)` and
@@ -88,12 +93,16 @@ def masked_loss(y_true, y_pred):
     loss = -ops.squeeze(picked, axis=-1)
     loss = ops.where(in_range, loss, float("nan"))
     mask = ops.cast(ops.not_equal(labels, PAD_ID), loss.dtype)
-    return ops.sum(loss * mask) / ops.sum(mask)
+    return ops.sum(loss * mask) / sum_over_replicas(ops.sum(mask))
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
 def masked_acc(y_true, y_pred):
     """Share of non-padding positions whose argmax logit is the label.
+
+    Inside a `tf.distribute` step with several replicas, hits and positions
+    are counted over all replicas, so every replica reports the accuracy of
+    the global batch.
 
     Args:
         y_true: int `(batch, t)`; 0 is padding and is excluded.
@@ -114,6 +123,6 @@ def masked_acc(y_true, y_pred):
     predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
     mask = ops.not_equal(labels, PAD_ID)
     hits = ops.logical_and(ops.equal(predicted, labels), mask)
-    return ops.sum(ops.cast(hits, "float32")) / ops.sum(
-        ops.cast(mask, "float32")
-    )
+    return sum_over_replicas(
+        ops.sum(ops.cast(hits, "float32"))
+    ) / sum_over_replicas(ops.sum(ops.cast(mask, "float32")))

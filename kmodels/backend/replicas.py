@@ -1,0 +1,37 @@
+"""Sums over the replicas of a data-parallel step.
+
+Under `tf.distribute` (TensorFlow backend), `model.fit` runs the train step
+once per replica on that replica's slice of the global batch and sums the
+replicas' gradients. Keras divides a loss by the number of replicas only
+when it reduces per-example values itself; a loss function that returns a
+scalar is left as it is. A loss normalised by a count that depends on the
+data (real tokens) must therefore divide by the count over all replicas to
+give the gradients of the global batch. JAX (`keras.distribution`: one SPMD
+program over the global batch) and torch see the global batch already:
+there the sum is the identity.
+"""
+
+import keras
+
+
+def sum_over_replicas(x):
+    """Sums `x` over the replicas of the running `tf.distribute` step.
+
+    Args:
+        x: a tensor computed by each replica (e.g. its number of tokens).
+
+    Returns:
+        The sum of `x` over all replicas, the same on each; `x` itself
+        outside a multi-replica step and on JAX and torch.
+
+    Example:
+    >>> import keras
+    >>> from kmodels.backend.replicas import sum_over_replicas
+    >>> float(sum_over_replicas(keras.ops.convert_to_tensor(3.0)))
+    3.0
+    """
+    if keras.backend.backend() != "tensorflow":
+        return x
+    from kmodels.backend.replicas_tensorflow import sum_over_replicas
+
+    return sum_over_replicas(x)
