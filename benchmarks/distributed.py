@@ -519,11 +519,13 @@ def main(argv=None):
 
     started = time.perf_counter()
     for backend in backends:
-        if backend not in installed:
-            console.print(f"[yellow]{backend} not installed, skipped[/]")
-            continue
+        # Checked first: a backend without an engine gets its "n/a" row
+        # whether or not it is installed here.
         if backend not in ENGINES:
             on_result(unsupported_record(backend))
+            continue
+        if backend not in installed:
+            console.print(f"[yellow]{backend} not installed, skipped[/]")
             continue
         for count in devices:
             run_child(backend, count, workloads, args.quick, timeout, on_result)
