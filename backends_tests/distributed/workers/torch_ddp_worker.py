@@ -85,14 +85,16 @@ def main():
     if distributed:
         torch.distributed.destroy_process_group()
     np.savez(args.out, **record)
+    # About one run in three, rank 0 hung for good right here, when main()
+    # returned: a faulthandler dump showed the main thread in this frame
+    # with no Python frame below, i.e. in the destructor of a local (the
+    # DDP wrapper, its gloo state or the DataLoader) after
+    # destroy_process_group(). The weights are saved: leave without
+    # running destructors or exit handlers.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
-    # Seen twice in tox's clean environment: rank 0 wrote its weights, then
-    # never exited (interpreter shutdown waiting on a thread left by gloo or
-    # TensorFlow, which keras-hub imports). The work is done and saved;
-    # leave without the shutdown handlers.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
