@@ -1,9 +1,6 @@
 """Several CPU devices on one machine, to test distributed code anywhere."""
 
-import os
-import sys
-
-_XLA_FLAG = "--xla_force_host_platform_device_count"
+import importlib
 
 
 def virtual_cpu_devices(count, backend=None):
@@ -51,50 +48,9 @@ def virtual_cpu_devices(count, backend=None):
         import keras
 
         backend = keras.backend.backend()
-    if backend == "jax":
-        return _jax(count)
-    if backend == "tensorflow":
-        return _tensorflow(count)
-    return 1
-
-
-def _jax(count):
-    flags = [
-        f
-        for f in os.environ.get("XLA_FLAGS", "").split()
-        if not f.startswith(_XLA_FLAG)
-    ]
-    os.environ["XLA_FLAGS"] = " ".join(flags + [f"{_XLA_FLAG}={count}"])
-    if "jax" in sys.modules:
-        import jax
-
-        # Reading the devices initialises the backend; with the flag set
-        # first, it comes up with `count` CPU devices.
-        found = len(jax.devices("cpu"))
-        if found != count:
-            raise RuntimeError(
-                f"JAX already created {found} CPU device(s); virtual_cpu_"
-                f"devices({count}) must run before JAX's first computation "
-                f"(or set XLA_FLAGS={_XLA_FLAG}={count} before starting "
-                "Python)."
-            )
-    return count
-
-
-def _tensorflow(count):
-    import tensorflow as tf
-
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    try:
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * count
-        )
-    except RuntimeError as error:
-        found = len(tf.config.list_logical_devices("CPU"))
-        if found != count:
-            raise RuntimeError(
-                f"TensorFlow already created {found} CPU device(s); "
-                f"virtual_cpu_devices({count}) must run before TensorFlow's "
-                "first op."
-            ) from error
-    return len(tf.config.list_logical_devices("CPU"))
+    if backend not in ("jax", "tensorflow"):
+        return 1
+    # The backend's own code lives in kmodels/backend/ (imported only here,
+    # so that nothing starts the backend before the split).
+    impl = importlib.import_module(f"kmodels.backend.virtual_devices_{backend}")
+    return impl.virtual_cpu_devices(count)
