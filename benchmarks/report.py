@@ -57,6 +57,13 @@ def _ms(table, case, backend):
     return None
 
 
+def _contracts_on_ms(table, backend):
+    """The checked steps timed in alternation with the unchecked case."""
+    if _ms(table, "seq2seq_train_unchecked", backend) is None:
+        return None
+    return table[("seq2seq_train_unchecked", backend)].get("contracts_on_ms")
+
+
 def _target(name, backend, value, goal, better, binding=True, note=""):
     """One target row. `better` is ">=" (higher is better) or "<="."""
     if value is None:
@@ -112,6 +119,19 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
                 speedups[b],
                 1.3,
                 ">=",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
+                "Seq2Seq train: input contracts on / off time",
+                b,
+                _ratio(
+                    _contracts_on_ms(table, b),
+                    _ms(table, "seq2seq_train_unchecked", b),
+                ),
+                1.05,
+                "<=",
             )
         )
     peak = peak_gflops(results)

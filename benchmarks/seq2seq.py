@@ -1,7 +1,10 @@
 """kmodels.seq2seq workloads: Translator train step and generation, and the
 BiGRU encoder with and without a padding mask."""
 
+import contextlib
+import functools
 import inspect
+import time
 
 import numpy as np
 
@@ -9,6 +12,7 @@ from benchmarks import data
 from benchmarks import flops
 from benchmarks.child import require
 from benchmarks.timing import measure
+from benchmarks.timing import summarize
 
 
 def _translator(sizes):
@@ -27,28 +31,82 @@ def _translator(sizes):
     )
 
 
+def _translator_step(sizes, contracts):
+    """A compiled `Translator` and its one-batch train step; with
+    `contracts=False`, Keras' own entry point and step, without kmodels'
+    input-contract hook, and the layers' own checks off."""
+    import keras
+
+    masked_loss = require("kmodels.seq2seq", "masked_loss")
+    model = _translator(sizes)
+    scope = contextlib.nullcontext
+    if not contracts:
+        model.train_on_batch = functools.partial(
+            keras.Model.train_on_batch, model
+        )
+        model.make_train_function = functools.partial(
+            keras.Model.make_train_function, model
+        )
+        # torch's eager step would run the layers' own checks otherwise.
+        scope = require("kmodels.contracts", "checked")
+    (context, target_in), target_out = data.seq2seq_batch(sizes)
+    model((context, target_in))
+    model.compile(optimizer="adam", loss=masked_loss)
+
+    def step():
+        with scope():
+            return model.train_on_batch((context, target_in), target_out)
+
+    return step, target_in
+
+
+def _train_flops(sizes, target_in):
+    return flops.seq2seq_train_step(
+        sizes["batch"],
+        sizes["source_length"],
+        target_in.shape[1],
+        sizes["vocabulary"],
+        sizes["units"],
+    )
+
+
 def train_step(sizes, timing):
     """`kmodels.seq2seq.Translator` + Adam + `masked_loss`, one
     `train_on_batch` per step on a right-padded batch (backend's default
     compilation: compiled on TensorFlow and JAX, eager on torch)."""
-    masked_loss = require("kmodels.seq2seq", "masked_loss")
-    model = _translator(sizes)
-    (context, target_in), target_out = data.seq2seq_batch(sizes)
-    model((context, target_in))
-    model.compile(optimizer="adam", loss=masked_loss)
-    stats = measure(
-        lambda: model.train_on_batch((context, target_in), target_out),
-        **timing,
-    )
+    step, target_in = _translator_step(sizes, contracts=True)
+    stats = measure(step, **timing)
+    return dict(stats, flops=_train_flops(sizes, target_in))
+
+
+def train_step_unchecked(sizes, timing):
+    """`train_step` without the input contracts, timed in alternation with
+    a model that has them, in the same process: the two steps take turns,
+    in alternating order, so machine noise and warm-up hit both alike.
+    Returns the unchecked step's times, and the median of the checked
+    steps as `contracts_on_ms`."""
+    checked_step, _ = _translator_step(sizes, contracts=True)
+    unchecked_step, target_in = _translator_step(sizes, contracts=False)
+    times = {True: [], False: []}
+    # The step that runs first in a pair is measured a few % slower (seen
+    # on JAX and torch, either way round): the order alternates (ABBA).
+    orders = [
+        ((True, checked_step), (False, unchecked_step)),
+        ((False, unchecked_step), (True, checked_step)),
+    ]
+
+    def pair():
+        for on, step in orders[len(times[True]) % 2]:
+            t0 = time.perf_counter()
+            step()
+            times[on].append(time.perf_counter() - t0)
+
+    pairs = measure(pair, **timing)
+    timed = slice(timing["warmup"], timing["warmup"] + pairs["steps"])
     return dict(
-        stats,
-        flops=flops.seq2seq_train_step(
-            sizes["batch"],
-            sizes["source_length"],
-            target_in.shape[1],
-            sizes["vocabulary"],
-            sizes["units"],
-        ),
+        summarize(times[False][timed]),
+        contracts_on_ms=summarize(times[True][timed])["median_ms"],
+        flops=_train_flops(sizes, target_in),
     )
 
 

@@ -1,29 +1,53 @@
 """kmodels: Keras 3 models that run the same on TensorFlow, JAX and PyTorch.
 
-Subpackages load on first use, so `import kmodels` stays cheap and
-`python -m kmodels.parity` runs with NumPy alone:
+`import kmodels` registers every kmodels class that a `.keras` file can
+name (layers, seq2seq models, losses) with Keras, so
+`keras.saving.load_model` finds them without importing the subpackages
+first. That imports Keras (and keras-hub) along with kmodels: set
+`KERAS_BACKEND` before `import kmodels`. Without Keras installed, nothing is
+registered and `python -m kmodels.parity` runs with NumPy alone. The other
+subpackages load on first use:
 
     import kmodels
-    kmodels.layers.GrowableEmbedding  # imports kmodels.layers (and Keras)
+    kmodels.diagnostics.check_gradient_flow  # imports kmodels.diagnostics
 """
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
 _SUBPACKAGES = (
     "backend",
+    "contracts",
     "diagnostics",
     "distributed",
     "layers",
     "models",
     "oracle",
     "parity",
+    "saving",
     "seq2seq",
 )
+
+# The subpackages whose modules define `register_keras_serializable`
+# classes or functions: importing them registers those with Keras.
+_SERIALIZABLE_SUBPACKAGES = ("layers", "models", "seq2seq")
 
 
 def __getattr__(name):
     if name in _SUBPACKAGES:
         return importlib.import_module(f"kmodels.{name}")
     raise AttributeError(f"module 'kmodels' has no attribute {name!r}")
+
+
+def _register_serializables():
+    # Keras' deserialisation never imports a module it does not know, so a
+    # `.keras` file can only name classes already registered in the process.
+    if importlib.util.find_spec("keras") is None:
+        return
+    for name in _SERIALIZABLE_SUBPACKAGES:
+        importlib.import_module(f"kmodels.{name}")
+
+
+_register_serializables()

@@ -34,6 +34,10 @@ def _results():
             _ok("seq2seq_train", "tensorflow", 320.0, flops=20e9),
             _ok("seq2seq_train", "jax", 200.0, flops=20e9),  # 100 GF/s
             _ok("seq2seq_train", "torch", 250.0, flops=20e9),
+            _ok("seq2seq_train_unchecked", "jax", 190.0, contracts_on_ms=200.0),
+            _ok(
+                "seq2seq_train_unchecked", "torch", 245.0, contracts_on_ms=250.0
+            ),
             _ok("generate_original", "tf_keras", 1000.0, tokens=1000),
             _ok("generate", "tensorflow", 100.0, tokens=1000),
             _ok("generate", "jax", 400.0, tokens=1000),
@@ -90,6 +94,19 @@ def test_targets_ratios_and_verdicts():
     assert gen_tf["value"] == pytest.approx(10.0) and gen_tf["met"] == "yes"
     gen_jax = _target(targets, "Generation", "jax")
     assert gen_jax["value"] == pytest.approx(2.5) and gen_jax["met"] == "no"
+    # Input contracts: checked / unchecked step time, at most 1.05.
+    contracts_jax = _target(targets, "Seq2Seq train: input contracts", "jax")
+    assert contracts_jax["value"] == pytest.approx(200.0 / 190.0)
+    assert contracts_jax["met"] == "no"
+    contracts_torch = _target(
+        targets, "Seq2Seq train: input contracts", "torch"
+    )
+    assert contracts_torch["value"] == pytest.approx(250.0 / 245.0)
+    assert contracts_torch["met"] == "yes"
+    tf_contracts = _target(
+        targets, "Seq2Seq train: input contracts", "tensorflow"
+    )
+    assert tf_contracts["met"] == "n/a"
     # A kmodels case that could not be imported gives "n/a", not a verdict.
     pos = _target(targets, "PositionalEmbedding", "jax")
     assert pos["value"] is None and pos["met"] == "n/a"
@@ -168,7 +185,7 @@ def test_json_document_round_trip_and_schema(tmp_path):
     loaded = json.loads(path.read_text())
     assert loaded["schema_version"] == report.SCHEMA_VERSION
     assert loaded["peak_gflops"] == pytest.approx(100.0)
-    assert len(loaded["results"]) == 13
+    assert len(loaded["results"]) == 15
     report.validate(loaded)
 
 

@@ -56,7 +56,7 @@ def test_bad_image_shapes(shape, message):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="`patch_size` to be a positive int"):
+    with pytest.raises(ValueError, match="`patch_size` must be an integer"):
         PatchEmbedding(0, 4)
 
 

@@ -193,13 +193,13 @@ def test_one_training_step_updates_both_tables():
     [
         (
             dict(position="rope"),
-            "expects `position` in ('learned', 'sine'); got 'rope'",
+            "`position` must be one of ('learned', 'sine'); got 'rope'",
         ),
         (
             dict(merge="sum"),
-            "expects `merge` in ('add', 'concat'); got 'sum'",
+            "`merge` must be one of ('add', 'concat'); got 'sum'",
         ),
-        (dict(sequence_length=0), "positive int; got 0"),
+        (dict(sequence_length=0), "integer >= 1; got 0 (int)"),
     ],
 )
 def test_bad_arguments(kwargs, message):

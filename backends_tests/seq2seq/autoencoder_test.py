@@ -60,7 +60,7 @@ def test_built_around_an_existing_encoder():
     assert model.vocabulary_size == VOCAB and model.units == UNITS
     with pytest.raises(ValueError, match=re.escape("units=5 does not match")):
         Autoencoder(encoder, units=5)
-    with pytest.raises(ValueError, match="needs units"):
+    with pytest.raises(ValueError, match="needs `units`"):
         Autoencoder(VOCAB)
 
 

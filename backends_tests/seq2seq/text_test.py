@@ -146,7 +146,7 @@ def test_out_of_range_ids_raise():
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="no vocabulary yet"):
         TextProcessor()("hola")
-    with pytest.raises(ValueError, match=r"int >= 3; got 2"):
+    with pytest.raises(ValueError, match=r"integer >= 3; got 2 \(int\)"):
         TextProcessor(max_length=2)
     with pytest.raises(ValueError, match="expects strings; item 1 is int"):
         _processor()(["hola", 3])

@@ -266,7 +266,9 @@ def test_out_of_range_ids_are_rejected_before_generation(generator):
 
 
 def test_constructor_checks():
-    message = re.escape("end_id must lie in [1, 6); got 6")
+    message = re.escape(
+        "Translator: `end_id` must be an integer in [1, 5]; got 6 (int)."
+    )
     with pytest.raises(ValueError, match=message):
         Translator(VOCAB_C, VOCAB_T, UNITS, start_id=1, end_id=6)
     auto = Autoencoder(VOCAB_C, UNITS)

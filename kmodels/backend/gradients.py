@@ -15,7 +15,7 @@ _MODULES = {
 }
 
 
-def variable_gradients(model, loss_fn, x, y):
+def variable_gradients(model, loss_fn, x, y, variables=None):
     """Loss and gradients of `loss_fn(y, model(x, training=True))`.
 
     Gradients are computed exactly as the backend's training step would:
@@ -27,10 +27,14 @@ def variable_gradients(model, loss_fn, x, y):
         loss_fn: callable `(y_true, y_pred) -> scalar`.
         x: model inputs (NumPy arrays or tensors).
         y: targets.
+        variables: the model variables to differentiate with respect to
+            (default: `model.trainable_variables`); may include
+            non-trainable ones, e.g. a `GrowableEmbedding` table on
+            TensorFlow and torch.
 
     Returns:
         `(loss, grads)`: the loss as a Python float and one NumPy array per
-        `model.trainable_variables`, or `None` where the backend reports no
+        entry of `variables`, or `None` where the backend reports no
         gradient at all (TensorFlow and torch do this for a variable the loss
         does not depend on; JAX returns zeros instead).
     """
@@ -41,7 +45,11 @@ def variable_gradients(model, loss_fn, x, y):
             f"backends; the active backend is {backend!r}."
         )
     module = importlib.import_module(_MODULES[backend])
-    loss, grads = module.variable_gradients(model, loss_fn, x, y)
+    if variables is None:
+        variables = model.trainable_variables
+    loss, grads = module.variable_gradients(
+        model, loss_fn, x, y, list(variables)
+    )
     return float(keras.ops.convert_to_numpy(loss)), [
         None if g is None else keras.ops.convert_to_numpy(g) for g in grads
     ]

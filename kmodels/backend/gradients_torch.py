@@ -3,10 +3,19 @@
 import torch
 
 
-def variable_gradients(model, loss_fn, x, y):
-    params = [v.value for v in model.trainable_variables]
-    loss = loss_fn(y, model(x, training=True))
-    # `allow_unused=True`: `None` for a variable the loss does not depend on.
-    # `torch.autograd.grad` leaves the parameters' `.grad` untouched.
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+def variable_gradients(model, loss_fn, x, y, variables):
+    params = [v.value for v in variables]
+    # Non-trainable variables (GrowableEmbedding tables) are parameters
+    # without `requires_grad`: switched on for this call only.
+    switched = [p for p in params if not p.requires_grad]
+    try:
+        for p in switched:
+            p.requires_grad_(True)
+        loss = loss_fn(y, model(x, training=True))
+        # `allow_unused=True`: `None` for a variable the loss does not depend
+        # on. `torch.autograd.grad` leaves the parameters' `.grad` untouched.
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    finally:
+        for p in switched:
+            p.requires_grad_(False)
     return loss.detach(), grads

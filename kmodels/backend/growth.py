@@ -9,7 +9,10 @@ functions below:
 - `append_rows`: grow a table by rows; `row_shards`, `planned_row_shards`:
   the number of shards of its rows under `keras.distribution` (JAX).
 - `sparse_lookup`: gather rows of the table and, in the backward pass, apply
-  the table's own optimizer to the rows of the batch only. TensorFlow and
+  the table's own optimizer to the rows of the batch only.
+- `sparse_updates_disabled`: a scope (diagnostics) in which no table grows
+  and no sparse update runs: the table is read like a plain embedding, and
+  its gradient is an ordinary (dense) gradient. TensorFlow and
   torch write the rows in place into non-trainable variables; JAX has no side
   effects, so there the table and its slots are trainable variables with
   `overwrite_with_gradient=True` whose "gradient" is their updated value.
@@ -18,6 +21,8 @@ functions below:
   right before `model.fit` runs the compiled step on it.
 """
 
+import contextlib
+import threading
 import types
 
 import keras
@@ -28,6 +33,31 @@ _MODULES = {
     "jax": "kmodels.backend.growth_jax",
     "torch": "kmodels.backend.growth_torch",
 }
+
+
+_STATE = threading.local()
+
+
+@contextlib.contextmanager
+def sparse_updates_disabled():
+    """A scope in which `GrowableEmbedding` neither grows nor updates rows.
+
+    Inside it a training call reads the table like a plain embedding
+    (`take`, ids at or past the capacity give zero vectors) and the table's
+    gradient is an ordinary dense gradient: no sparse optimizer runs in the
+    backward pass, no row or slot is written, the step counter is not used.
+    `kmodels.diagnostics` computes gradients under it. Nests.
+    """
+    _STATE.depth = getattr(_STATE, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _STATE.depth -= 1
+
+
+def sparse_updates_enabled():
+    """False inside `sparse_updates_disabled()`."""
+    return not getattr(_STATE, "depth", 0)
 
 
 def _impl():
@@ -109,11 +139,13 @@ def planned_row_shards(layer, name, shape):
     return shards(distribution.get_variable_layout(future))
 
 
-def sparse_lookup(layer, ids):
-    """Rows `layer.embeddings[ids]` for flat int32 `ids`; differentiating
-    through them updates the rows of `ids` with the layer's sparse optimizer
-    (`layer.sparse_row_update`)."""
-    return _impl().sparse_lookup(layer, ids)
+def sparse_lookup(layer, ids, seen=None):
+    """Rows `layer.embeddings[ids]` for flat int32 `ids` (all in range);
+    differentiating through them updates the rows of `ids` with the layer's
+    sparse optimizer (`layer.sparse_row_update`). `seen`: optional boolean
+    mask of `ids`; the rows of entries where it is false are left unchanged
+    (values and slots), as if those entries were not in the batch."""
+    return _impl().sparse_lookup(layer, ids, seen)
 
 
 def argsort_ids(ids, capacity):

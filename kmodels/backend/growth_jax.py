@@ -75,18 +75,24 @@ def is_concrete(x):
     return not isinstance(x, jax.core.Tracer)
 
 
-def sparse_lookup(layer, ids):
+def sparse_lookup(layer, ids, seen=None):
     slots = [s.value for s in layer.slot_variables]
 
     @jax.custom_vjp
-    def lookup(table, slots, step, ids):
+    def lookup(table, slots, step, ids, seen):
         return jnp.take(table, ids, axis=0)
 
-    def forward(table, slots, step, ids):
-        return lookup(table, slots, step, ids), (table, slots, step, ids)
+    def forward(table, slots, step, ids, seen):
+        return lookup(table, slots, step, ids, seen), (
+            table,
+            slots,
+            step,
+            ids,
+            seen,
+        )
 
     def backward(residuals, grads):
-        table, slots, step, ids = residuals
+        table, slots, step, ids, seen = residuals
         arrays = [table, *slots]
         rows, new_rows, new_slot_rows = layer.sparse_row_update(
             lambda k, r: jnp.take(arrays[k], r, axis=0),
@@ -94,6 +100,7 @@ def sparse_lookup(layer, ids):
             ids,
             grads,
             capacity=table.shape[0],
+            seen=seen,
         )
         # Scatters into a buffer that jit donated: XLA updates it in place.
         new_table = table.at[rows].set(new_rows.astype(table.dtype))
@@ -101,11 +108,15 @@ def sparse_lookup(layer, ids):
             s.at[rows].set(r.astype(s.dtype))
             for s, r in zip(slots, new_slot_rows)
         ]
-        return new_table, new_slots, step + 1, None
+        return new_table, new_slots, step + 1, None, None
 
     lookup.defvjp(forward, backward)
     return lookup(
-        layer.embeddings.value, slots, layer.step.value, jnp.asarray(ids)
+        layer.embeddings.value,
+        slots,
+        layer.step.value,
+        jnp.asarray(ids),
+        None if seen is None else jnp.asarray(seen),
     )
 
 

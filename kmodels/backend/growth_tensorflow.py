@@ -62,7 +62,7 @@ def is_concrete(x):
     return tf.executing_eagerly() and not isinstance(x, tf.Variable)
 
 
-def sparse_lookup(layer, ids):
+def sparse_lookup(layer, ids, seen=None):
     table = layer.embeddings.value
     slots = [s.value for s in layer.slot_variables]
     gathered = tf.gather(table, ids)
@@ -72,7 +72,11 @@ def sparse_lookup(layer, ids):
         def grad(grads):
             variables = [table, *slots]
             rows, new_rows, new_slot_rows = layer.sparse_row_update(
-                lambda k, r: tf.gather(variables[k], r), step, ids, grads
+                lambda k, r: tf.gather(variables[k], r),
+                step,
+                ids,
+                grads,
+                seen=seen,
             )
             updates = [table.scatter_update(tf.IndexedSlices(new_rows, rows))]
             for slot, slot_rows in zip(slots, new_slot_rows):

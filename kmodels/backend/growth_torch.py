@@ -21,9 +21,10 @@ def is_concrete(x):
 
 class _SparseUpdate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gathered, step, layer, ids):
+    def forward(ctx, gathered, step, layer, ids, seen):
         ctx.layer = layer
         ctx.ids = ids
+        ctx.seen = seen
         ctx.save_for_backward(step)
         return gathered.clone()
 
@@ -40,19 +41,20 @@ class _SparseUpdate(torch.autograd.Function):
                 step.detach(),
                 ctx.ids,
                 grads,
+                seen=ctx.seen,
             )
             rows = rows.long()
             table[rows] = new_rows.to(table.dtype)
             for slot, slot_rows in zip(slots, new_slot_rows):
                 slot[rows] = slot_rows.to(slot.dtype)
-            return None, step.detach() + 1, None, None
+            return None, step.detach() + 1, None, None, None
 
 
-def sparse_lookup(layer, ids):
+def sparse_lookup(layer, ids, seen=None):
     ids = torch.as_tensor(ids).long()
     with torch.no_grad():
         gathered = layer.embeddings.value.data[ids]
-    return _SparseUpdate.apply(gathered, layer.step.value, layer, ids)
+    return _SparseUpdate.apply(gathered, layer.step.value, layer, ids, seen)
 
 
 def wrap_train_function(model, controller):

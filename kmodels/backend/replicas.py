@@ -9,6 +9,11 @@ data (real tokens) must therefore divide by the count over all replicas to
 give the gradients of the global batch. JAX (`keras.distribution`: one SPMD
 program over the global batch) and torch see the global batch already:
 there the sum is the identity.
+
+A count summed this way may be 0 on every replica (a global batch without
+a real token); the caller guards the division (`masked_loss` divides by 1
+there, so its loss and gradients are 0). A replica whose own count is 0
+while others have some contributes a zero numerator, never NaN.
 """
 
 import keras

@@ -13,11 +13,13 @@ def virtual_cpu_devices(count):
         if not f.startswith(_XLA_FLAG)
     ]
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"{_XLA_FLAG}={count}"])
-    if "jax" in sys.modules:
+    if "jax" in sys.modules and _backends_started():
         import jax
 
-        # Reading the devices initialises the backend; with the flag set
-        # first, it comes up with `count` CPU devices.
+        # Started already (the flag above came too late unless it was set
+        # before): check the count. Not otherwise: reading the devices
+        # would start the backend, and `jax.distributed.initialize` must
+        # come before that (`import kmodels` imports JAX through Keras).
         found = len(jax.devices("cpu"))
         if found != count:
             raise RuntimeError(
@@ -27,3 +29,12 @@ def virtual_cpu_devices(count):
                 "Python)."
             )
     return count
+
+
+def _backends_started():
+    try:
+        from jax._src import xla_bridge
+
+        return xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):  # another JAX: assume started
+        return True

@@ -1,15 +1,27 @@
 """An embedding table that grows while the model trains."""
 
 import math
+import random
 import warnings
 
 import keras
 import numpy as np
 from keras import ops
 
+from kmodels.arguments import check_bool
+from kmodels.arguments import check_choice
+from kmodels.arguments import check_float
+from kmodels.arguments import check_int
+from kmodels.arguments import check_optional_int
 from kmodels.backend import growth as growth_backend
+from kmodels.contracts.checks import guarded_call
+from kmodels.layers.key_index import KeyIndex
+from kmodels.layers.saved_state import checked_entries
+from kmodels.layers.saved_state import entry_checksums
 
 _UNSEEN = ("zeros", "oov", "error")
+# `_row_uniform` hashes `2 * seed + stream` in 64 bits: distinct up to here.
+_MAX_SEED = 2**63 - 1
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -46,7 +58,13 @@ class GrowableEmbedding(keras.layers.Layer):
     a compiled step, so growth inside `model.fit` needs one extra line:
     `callbacks=[kmodels.layers.EmbeddingGrowth()]`. Eager calls with
     `training=True` (and `fit` on torch, eager by default) grow by
-    themselves.
+    themselves. Without the callback, a compiled train step (`fit` on
+    TensorFlow and JAX) cannot grow the table: ids at or past the capacity
+    are then unseen, as at inference with `unseen="zeros"`: they get zero
+    vectors and no row moves (no value, no optimizer slot), while the
+    other ids train as usual; a one-time warning says so.
+    `kmodels.diagnostics` reads the table the same way and neither grows
+    it nor updates it.
 
     Capacity grows geometrically (times `growth_factor`, at least to fit
     the largest id), so `N` distinct ids cost at most
@@ -77,6 +95,17 @@ class GrowableEmbedding(keras.layers.Layer):
     multiple of the number of shards (at build, growth and load) and a grown
     table keeps its sharding. Under `DataParallel` it is replicated.
 
+    The arguments are checked at construction, with the same `ValueError`
+    on every backend: sizes must be integers >= 1 (`2.5`, `"8"` and `True`
+    are refused, not truncated), `growth_factor` a finite number > 1, the
+    table optimizer's learning rate and epsilon finite and > 0, its betas
+    in `[0, 1)`, and its hyperparameter names known.
+
+    The saved state (table, optimizer slots, step) carries a CRC32
+    checksum per entry: loading checks it and the shapes before it changes
+    the layer, and raises a `ValueError` naming the layer and the entry
+    otherwise (state saved without checksums loads with a warning).
+
     Args:
         output_dim: int. Size of each embedding vector.
         initial_capacity: int. Rows at build time (rounded up to a multiple
@@ -96,8 +125,10 @@ class GrowableEmbedding(keras.layers.Layer):
             must be below `initial_capacity`.
         mask_zero: bool. Whether id 0 is padding (`compute_mask` returns
             `ids != 0`, as `keras.layers.Embedding`).
-        seed: int or `None`. Seed of the row initializer; `None` draws one
-            at construction (kept in the config).
+        seed: int in `[0, 2**63)` or `None`. Seed of the row initializer;
+            `None` draws one at construction from Python's `random`, as
+            Keras' initializers do, so `keras.utils.set_random_seed` makes
+            it reproducible; the drawn seed is kept in the config.
         key_index: optional `kmodels.layers.KeyIndex` mapping raw keys to
             the rows of this table in the data pipeline; saved and loaded
             with the layer.
@@ -143,47 +174,55 @@ class GrowableEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if int(output_dim) <= 0:
-            raise ValueError(f"output_dim must be > 0; got {output_dim}.")
-        if int(initial_capacity) <= 0:
-            raise ValueError(
-                f"initial_capacity must be > 0; got {initial_capacity}."
-            )
-        if not float(growth_factor) > 1.0:
-            raise ValueError(f"growth_factor must be > 1; got {growth_factor}.")
+        owner = "GrowableEmbedding"
+        output_dim = check_int(output_dim, "output_dim", owner)
+        initial_capacity = check_int(
+            initial_capacity, "initial_capacity", owner
+        )
+        growth_factor = check_float(
+            growth_factor, "growth_factor", owner, 1, exclusive_minimum=True
+        )
+        max_capacity = check_optional_int(max_capacity, "max_capacity", owner)
         if max_capacity is not None and max_capacity < initial_capacity:
             raise ValueError(
-                f"max_capacity ({max_capacity}) must be >= "
-                f"initial_capacity ({initial_capacity})."
+                f"{owner}: `max_capacity` must be >= initial_capacity="
+                f"{initial_capacity}; got {max_capacity}."
             )
-        if unseen not in _UNSEEN:
+        unseen = check_choice(unseen, "unseen", owner, _UNSEEN)
+        oov_id = check_optional_int(oov_id, "oov_id", owner, minimum=0)
+        if unseen == "oov" and (oov_id is None or oov_id >= initial_capacity):
             raise ValueError(
-                f"unseen must be one of {_UNSEEN}; got {unseen!r}."
+                'GrowableEmbedding: unseen="oov" needs an `oov_id` in [0, '
+                f"initial_capacity={initial_capacity}); got oov_id={oov_id}."
             )
-        if unseen == "oov" and (
-            oov_id is None or not 0 <= oov_id < initial_capacity
-        ):
+        mask_zero = check_bool(mask_zero, "mask_zero", owner)
+        seed = check_optional_int(seed, "seed", owner, 0, _MAX_SEED)
+        if key_index is not None and not isinstance(key_index, KeyIndex):
             raise ValueError(
-                'unseen="oov" needs an oov_id in [0, initial_capacity='
-                f"{initial_capacity}); got oov_id={oov_id}."
+                f"{owner}: `key_index` must be a kmodels.layers.KeyIndex or "
+                f"None; got {type(key_index).__name__}."
             )
-        self.output_dim = int(output_dim)
-        self.initial_capacity = int(initial_capacity)
-        self.growth_factor = float(growth_factor)
-        self.max_capacity = None if max_capacity is None else int(max_capacity)
+        table_optimizer = _table_optimizer(optimizer)
+        if seed is None:
+            # As Keras' initializers do (`make_default_seed`): from Python's
+            # `random`, which `keras.utils.set_random_seed` seeds. Drawn
+            # before `keras.initializers.get`, which may draw too.
+            seed = random.randint(1, int(1e9))
+        self.output_dim = output_dim
+        self.initial_capacity = initial_capacity
+        self.growth_factor = growth_factor
+        self.max_capacity = max_capacity
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer
         )
         self._init_kind, self._init_args = _row_initializer(
             self.embeddings_initializer
         )
-        self.optimizer = _table_optimizer(optimizer)
+        self.optimizer = table_optimizer
         self.unseen = unseen
         self.oov_id = oov_id
-        self.mask_zero = bool(mask_zero)
-        if seed is None:
-            seed = int(np.random.default_rng().integers(0, 2**31 - 1))
-        self.seed = int(seed)
+        self.mask_zero = mask_zero
+        self.seed = seed
         self.key_index = key_index
         self.supports_masking = self.mask_zero
         # Set by `EmbeddingGrowth` while it guards `fit`: every batch of a
@@ -191,6 +230,7 @@ class GrowableEmbedding(keras.layers.Layer):
         self.managed_growth = False
         self.growth_log = []
         self._warned_unmanaged = False
+        self._warned_float16 = False
 
     # ----------------------------------------------------------------- build
     def build(self, input_shape=None):
@@ -211,6 +251,10 @@ class GrowableEmbedding(keras.layers.Layer):
             name="embeddings",
             trainable=trainable,
             overwrite_with_gradient=trainable,
+            # Read in float32 under a mixed policy (as keras' Embedding):
+            # the sparse update writes float32 rows back, and `call` casts
+            # the looked-up rows to the compute dtype.
+            autocast=False,
         )
         self.slot_variables = [
             self.add_weight(
@@ -219,6 +263,7 @@ class GrowableEmbedding(keras.layers.Layer):
                 name=name,
                 trainable=trainable,
                 overwrite_with_gradient=trainable,
+                autocast=False,
             )
             for name in self._slot_names()
         ]
@@ -232,6 +277,7 @@ class GrowableEmbedding(keras.layers.Layer):
             name="step",
             trainable=True,
             overwrite_with_gradient=True,
+            autocast=False,
         )
         self.built = True
 
@@ -365,6 +411,11 @@ class GrowableEmbedding(keras.layers.Layer):
         return len(self.growth_log)
 
     # ------------------------------------------------------------------ call
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
+
     def call(self, inputs, training=None):
         ids = inputs
         if not _is_integer_dtype(ids):
@@ -374,10 +425,13 @@ class GrowableEmbedding(keras.layers.Layer):
                 "raw keys to rows with kmodels.layers.KeyIndex."
             )
         concrete = growth_backend.is_concrete(ids) and not _in_stateless()
+        # Off inside `kmodels.diagnostics`: no growth, no row update.
+        updates = growth_backend.sparse_updates_enabled()
         if concrete:
             checked = self.check_ids(ids)
             if training:
-                self.ensure_capacity(checked)
+                if updates:
+                    self.ensure_capacity(checked)
             elif self.unseen == "error" and checked.size:
                 if int(checked.max()) >= self.capacity:
                     raise ValueError(
@@ -390,23 +444,25 @@ class GrowableEmbedding(keras.layers.Layer):
         # Read from the variable, not a Python int: on TensorFlow a function
         # traced before a growth must see the new capacity.
         capacity = growth_backend.capacity_of(self.embeddings)
-        if training and self.trainable:
-            if (
-                not concrete
-                and not self.managed_growth
-                and not self._warned_unmanaged
-            ):
-                self._warned_unmanaged = True
-                warnings.warn(
-                    f"GrowableEmbedding '{self.name}' is training inside a "
-                    "compiled step without kmodels.layers.EmbeddingGrowth: "
-                    "the table cannot grow there, and ids past its capacity "
-                    f"({self.capacity}) are not checked. Pass callbacks=["
-                    "kmodels.layers.EmbeddingGrowth()] to fit.",
-                    stacklevel=2,
-                )
-            flat = ops.clip(flat, 0, capacity - 1)
-            rows = growth_backend.sparse_lookup(self, flat)
+        if training and self.trainable and not updates:
+            # A plain gather: the table gets an ordinary dense gradient and
+            # nothing is written; ids past the capacity give zeros.
+            seen = ops.logical_and(flat >= 0, flat < capacity)
+            rows = ops.take(
+                self.embeddings.value, ops.where(seen, flat, 0), axis=0
+            )
+            rows = ops.where(ops.expand_dims(seen, -1), rows, 0)
+        elif training and self.trainable:
+            if self.compute_dtype == "float16" and not self._warned_float16:
+                self._warned_float16 = True
+                warnings.warn(float16_warning(self.name), stacklevel=2)
+            if concrete or self.managed_growth:
+                # Every id fits: grown just above, or by EmbeddingGrowth
+                # before the step.
+                flat = ops.clip(flat, 0, capacity - 1)
+                rows = growth_backend.sparse_lookup(self, flat)
+            else:
+                rows = self._unmanaged_lookup(flat, capacity)
         else:
             seen = ops.logical_and(flat >= 0, flat < capacity)
             if self.unseen == "oov":
@@ -420,7 +476,25 @@ class GrowableEmbedding(keras.layers.Layer):
         rows = ops.cast(rows, self.compute_dtype)
         return ops.reshape(rows, tuple(shape) + (self.output_dim,))
 
-    def sparse_row_update(self, gather, step, ids, grads, capacity=None):
+    def _unmanaged_lookup(self, flat, capacity):
+        """Training lookup inside a compiled step without `EmbeddingGrowth`:
+        the table cannot grow, so ids at or past the capacity (or negative)
+        get zero vectors and move no row; the others train as usual."""
+        if not self._warned_unmanaged:
+            self._warned_unmanaged = True
+            warnings.warn(
+                unmanaged_growth_warning(self.name, self.capacity),
+                stacklevel=3,
+            )
+        seen = ops.logical_and(flat >= 0, flat < capacity)
+        rows = growth_backend.sparse_lookup(
+            self, ops.where(seen, flat, 0), seen=seen
+        )
+        return ops.where(ops.expand_dims(seen, -1), rows, 0)
+
+    def sparse_row_update(
+        self, gather, step, ids, grads, capacity=None, seen=None
+    ):
         """One step of the table's optimizer on the rows of `ids` only.
 
         `gather(k, rows)` returns the given rows of the table (`k=0`) or of
@@ -432,11 +506,17 @@ class GrowableEmbedding(keras.layers.Layer):
         distinct id once, padded to `len(ids)` by repeating the first id
         with identical values, so a scatter of the result is deterministic
         on every backend.
+
+        `seen`: optional boolean mask of `ids`. Entries where it is false
+        add nothing, and a row that only such entries name keeps its values
+        and slots (written back unchanged).
         """
         n = ops.shape(ids)[0]
         grads = ops.reshape(
             ops.cast(grads, self.variable_dtype), (-1, self.output_dim)
         )
+        if seen is not None:
+            grads = ops.where(ops.expand_dims(seen, -1), grads, 0)
         order = growth_backend.argsort_ids(ids, capacity)
         sorted_ids = ops.take(ids, order)
         sorted_grads = ops.take(grads, order, axis=0)
@@ -457,6 +537,7 @@ class GrowableEmbedding(keras.layers.Layer):
         current = gather(0, rows)
         kind, hyper = self.optimizer
         lr = hyper["learning_rate"]
+        old_slots = []
         if kind == "sgd":
             new_rows = current - lr * summed
             new_slots = []
@@ -464,6 +545,7 @@ class GrowableEmbedding(keras.layers.Layer):
             b1, b2, eps = hyper["beta_1"], hyper["beta_2"], hyper["epsilon"]
             m = gather(1, rows)
             v = gather(2, rows)
+            old_slots = [m, v]
             t = ops.cast(step, self.variable_dtype) + 1.0
             m = b1 * m + (1.0 - b1) * summed
             v = b2 * v + (1.0 - b2) * ops.square(summed)
@@ -472,6 +554,16 @@ class GrowableEmbedding(keras.layers.Layer):
             )
             new_rows = current - alpha * m / (ops.sqrt(v) + eps)
             new_slots = [m, v]
+        if seen is not None:
+            # Rows named only by unseen entries: written back unchanged.
+            sorted_seen = ops.cast(ops.take(seen, order), "int32")
+            touched = ops.expand_dims(
+                ops.segment_max(sorted_seen, segments, n) > 0, -1
+            )
+            new_rows = ops.where(touched, new_rows, current)
+            new_slots = [
+                ops.where(touched, s, o) for s, o in zip(new_slots, old_slots)
+            ]
         keep = ops.expand_dims(valid, -1)
         new_rows = ops.where(keep, new_rows, new_rows[:1])
         new_slots = [ops.where(keep, s, s[:1]) for s in new_slots]
@@ -486,21 +578,52 @@ class GrowableEmbedding(keras.layers.Layer):
         return tuple(input_shape) + (self.output_dim,)
 
     # ---------------------------------------------------------------- saving
+    def _entry_names(self):
+        return ("embeddings", *self._slot_names(), "step")
+
     def save_own_variables(self, store):
-        store["embeddings"] = ops.convert_to_numpy(self.embeddings.value)
+        entries = {"embeddings": ops.convert_to_numpy(self.embeddings.value)}
         for name, slot in zip(self._slot_names(), self.slot_variables):
-            store[name] = ops.convert_to_numpy(slot.value)
-        store["step"] = ops.convert_to_numpy(self.step.value)
+            entries[name] = ops.convert_to_numpy(slot.value)
+        entries["step"] = ops.convert_to_numpy(self.step.value)
+        for name, value in entries.items():
+            store[name] = value
+        store["checksum"] = entry_checksums(entries, self._entry_names())
 
     def load_own_variables(self, store):
-        if not self.built:
-            self.build()
-        table = np.asarray(store["embeddings"])
+        where = f"GrowableEmbedding '{self.name}'"
+        # Everything is read and checked before the layer changes.
+        entries = checked_entries(store, self._entry_names(), where)
+        table = entries["embeddings"]
+        if (
+            table.ndim != 2
+            or table.shape[0] < 1
+            or table.dtype.kind not in "fV"
+        ):
+            raise ValueError(
+                f"{where}: saved entry 'embeddings' must be a 2-D float "
+                f"array with rows; got shape {table.shape}, dtype "
+                f"{table.dtype}."
+            )
         if table.shape[1] != self.output_dim:
             raise ValueError(
                 f"GrowableEmbedding '{self.name}': saved rows have "
                 f"{table.shape[1]} columns; output_dim={self.output_dim}."
             )
+        for name in self._slot_names():
+            if entries[name].shape != table.shape:
+                raise ValueError(
+                    f"{where}: saved entry {name!r} (an optimizer slot) has "
+                    f"shape {entries[name].shape}; the saved table has "
+                    f"{table.shape}."
+                )
+        if entries["step"].shape != ():
+            raise ValueError(
+                f"{where}: saved entry 'step' must be a scalar; got shape "
+                f"{entries['step'].shape}."
+            )
+        if not self.built:
+            self.build()
         # Saved with another number of shards (or none): pad to a multiple
         # of this table's (JAX cannot shard the saved rows otherwise), with
         # the rows growth would have added.
@@ -512,11 +635,11 @@ class GrowableEmbedding(keras.layers.Layer):
             np.concatenate([table, self._initial_rows(saved, capacity)]),
         )
         for name, slot in zip(self._slot_names(), self.slot_variables):
-            values = np.asarray(store[name])
+            values = entries[name]
             growth_backend.resize_variable(
                 slot, np.concatenate([values, pad.astype(values.dtype)])
             )
-        self.step.assign(np.asarray(store["step"]))
+        self.step.assign(entries["step"])
 
     def get_config(self):
         config = super().get_config()
@@ -551,6 +674,32 @@ class GrowableEmbedding(keras.layers.Layer):
                 config["key_index"]
             )
         return cls(**config)
+
+
+def float16_warning(name):
+    """The one-time warning of a `GrowableEmbedding` that trains under a
+    float16 policy, where Keras scales the loss by default."""
+    return (
+        f"GrowableEmbedding '{name}' trains under a float16 policy: its "
+        "sparse optimizer runs in the backward pass and receives the "
+        "gradients of the scaled loss (compile(auto_scale_loss=True) is "
+        "the default under mixed_float16) without unscaling them, so an "
+        "SGD table steps too far. Compile with auto_scale_loss=False, or "
+        "use mixed_bfloat16."
+    )
+
+
+def unmanaged_growth_warning(name, capacity):
+    """The one-time warning of a `GrowableEmbedding` that trains inside a
+    compiled step without `EmbeddingGrowth`."""
+    return (
+        f"GrowableEmbedding '{name}' is training inside a compiled step "
+        "without kmodels.layers.EmbeddingGrowth: the table cannot grow "
+        f"there, so ids at or past its capacity ({capacity}) are treated as "
+        "unseen: they get zero vectors and train no row (ids are not "
+        "checked either). Pass callbacks=[kmodels.layers.EmbeddingGrowth()] "
+        "to fit to grow the table for them."
+    )
 
 
 def _round_up(n, multiple):
@@ -596,21 +745,15 @@ _DEFAULTS = {
 
 
 def _table_optimizer(optimizer):
-    """Normalises `optimizer` to `(kind, hyperparameters)`."""
+    """Normalises `optimizer` to `(kind, hyperparameters)`, checked."""
     if isinstance(optimizer, (tuple, list)) and len(optimizer) == 2:
         kind, hyper = optimizer
-        return kind, {**_DEFAULTS[kind], **hyper}
+        return _checked_optimizer(kind, hyper)
     if isinstance(optimizer, dict) and "kind" in optimizer:
         hyper = {k: v for k, v in optimizer.items() if k != "kind"}
-        return optimizer["kind"], {**_DEFAULTS[optimizer["kind"]], **hyper}
+        return _checked_optimizer(optimizer["kind"], hyper)
     if isinstance(optimizer, str):
-        if optimizer.lower() not in _DEFAULTS:
-            raise ValueError(
-                "GrowableEmbedding's table optimizer must be 'sgd' or 'adam'"
-                f"; got {optimizer!r}."
-            )
-        kind = optimizer.lower()
-        return kind, dict(_DEFAULTS[kind])
+        return _checked_optimizer(optimizer, {})
     if isinstance(optimizer, keras.optimizers.Optimizer):
         kind = type(optimizer).__name__.lower()
         if kind not in _DEFAULTS:
@@ -638,11 +781,50 @@ def _table_optimizer(optimizer):
                 beta_2=float(optimizer.beta_2),
                 epsilon=float(optimizer.epsilon),
             )
-        return kind, {**_DEFAULTS[kind], **hyper}
+        return _checked_optimizer(kind, hyper)
     raise ValueError(
         f"GrowableEmbedding: unsupported optimizer {optimizer!r}; use 'sgd', "
         "'adam' or a keras.optimizers.SGD / Adam."
     )
+
+
+def _checked_optimizer(kind, hyper):
+    """`(kind, hyperparameters with defaults)`, each one checked: a
+    negative learning rate would train backwards, a `beta` of 1 divides by
+    zero, an unknown name would be ignored."""
+    owner = "GrowableEmbedding"
+    if isinstance(kind, str):
+        kind = kind.lower()
+    kind = check_choice(kind, "optimizer", owner, tuple(_DEFAULTS))
+    if not isinstance(hyper, dict):
+        raise ValueError(
+            f"{owner}: the hyperparameters of `optimizer` must be a dict; "
+            f"got {type(hyper).__name__}."
+        )
+    unknown = sorted(set(hyper) - set(_DEFAULTS[kind]), key=str)
+    if unknown:
+        raise ValueError(
+            f"{owner}: `optimizer` {kind!r} takes hyperparameters "
+            f"{sorted(_DEFAULTS[kind])}; got unknown {unknown}."
+        )
+    hyper = {**_DEFAULTS[kind], **hyper}
+    checked = {}
+    for name, value in hyper.items():
+        label = f"optimizer.{name}"
+        if name.startswith("beta"):
+            try:
+                number = check_float(value, label, owner, 0, 1)
+            except ValueError:
+                number = 1.0
+            if number == 1.0:
+                raise ValueError(
+                    f"{owner}: `{label}` must be a finite number in [0, 1); "
+                    f"got {value!r} ({type(value).__name__})."
+                )
+        else:
+            number = check_float(value, label, owner, 0, exclusive_minimum=True)
+        checked[name] = number
+    return kind, checked
 
 
 def _serialize_optimizer(optimizer):

@@ -3,7 +3,16 @@
 import keras
 import numpy as np
 
+from kmodels.arguments import check_bool
+from kmodels.arguments import check_choice
+from kmodels.arguments import check_int
+from kmodels.arguments import check_optional_int
+from kmodels.layers.saved_state import checked_entries
+from kmodels.layers.saved_state import entry_checksums
+
 _KEY_DTYPES = ("int64", "string")
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
@@ -19,11 +28,27 @@ class KeyIndex(keras.layers.Layer):
     and it is saved and loaded with the model (`.keras` and weights files).
     It runs on NumPy, outside the compiled model, on every backend.
 
+    `lookup` checks the whole batch before it assigns any row, so a refused
+    batch adds no key: int64 keys must be integers in `[-2**63, 2**63)`
+    (Python or NumPy ints, or an integer NumPy array; a `uint64` key
+    `>= 2**63` is refused), string keys `str` encodable as UTF-8 (a lone
+    surrogate such as `"\\ud800"` is refused) or UTF-8 `bytes`. A wrong
+    type raises a `TypeError`, a value that could not be saved a
+    `ValueError`: every key an index holds can be saved.
+
+    The saved keys carry a CRC32 checksum per entry; loading verifies it
+    and the keys' structure (lengths, duplicates, UTF-8) before it
+    replaces anything, and raises a `ValueError` naming the layer and the
+    entry otherwise (files saved without checksums load unverified, with a
+    warning).
+
     Args:
         key_dtype: `"int64"` or `"string"`.
-        first_row: int. Row of the first key; rows below it are reserved
-            (row 0 for padding with `mask_zero=True`, or for unknown keys).
-        oov_row: int or `None`. Row of unknown keys once frozen.
+        first_row: int >= 0. Row of the first key; rows below it are
+            reserved (row 0 for padding with `mask_zero=True`, or for
+            unknown keys).
+        oov_row: int or `None`. Row of unknown keys once frozen; a reserved
+            row, below `first_row` (or 0 when `first_row=0`).
         frozen: bool. Start frozen.
         **kwargs: other `keras.layers.Layer` arguments (`name`).
 
@@ -46,23 +71,27 @@ class KeyIndex(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if key_dtype not in _KEY_DTYPES:
+        key_dtype = check_choice(
+            key_dtype, "key_dtype", "KeyIndex", _KEY_DTYPES
+        )
+        first_row = check_int(first_row, "first_row", "KeyIndex", minimum=0)
+        oov_row = check_optional_int(oov_row, "oov_row", "KeyIndex", minimum=0)
+        if oov_row is not None and not oov_row < max(first_row, 1):
             raise ValueError(
-                f"key_dtype must be one of {_KEY_DTYPES}; got {key_dtype!r}."
-            )
-        if first_row < 0:
-            raise ValueError(f"first_row must be >= 0; got {first_row}.")
-        if oov_row is not None and not 0 <= oov_row < max(first_row, 1):
-            raise ValueError(
-                f"oov_row must be a reserved row in [0, first_row={first_row})"
-                f"; got {oov_row}."
+                "KeyIndex: `oov_row` must be a reserved row in [0, "
+                f"first_row={first_row}); got {oov_row}."
             )
         self.key_dtype = key_dtype
-        self.first_row = int(first_row)
+        self.first_row = first_row
         self.oov_row = oov_row
-        self.frozen = bool(frozen)
-        self._rows = {}
+        self.frozen = check_bool(frozen, "frozen", "KeyIndex")
+        self._set_rows({})
         self.built = True
+
+    def _set_rows(self, rows):
+        # A plain dict: Keras would wrap an attribute dict in a TrackedDict,
+        # which inspects every value it stores.
+        object.__setattr__(self, "_rows", rows)
 
     def __len__(self):
         return len(self._rows)
@@ -79,27 +108,83 @@ class KeyIndex(keras.layers.Layer):
     def unfreeze(self):
         self.frozen = False
 
-    def _key(self, key):
-        if self.key_dtype == "string":
-            if isinstance(key, bytes):
-                return key.decode("utf-8")
-            if not isinstance(key, str):
-                raise TypeError(
-                    f"KeyIndex '{self.name}' has string keys; got "
-                    f"{type(key).__name__} {key!r}."
-                )
-            return key
-        if isinstance(key, (bool, np.bool_)) or not isinstance(
-            key, (int, np.integer)
-        ):
-            raise TypeError(
-                f"KeyIndex '{self.name}' has int64 keys; got "
-                f"{type(key).__name__} {key!r}."
-            )
-        return int(key)
+    # ---------------------------------------------------------------- lookup
+    def _refuse(self, error, key, position, expected):
+        # `str` of NumPy numbers: their `repr` differs across NumPy versions.
+        shown = repr(key) if isinstance(key, (str, bytes)) else str(key)
+        raise error(
+            f"KeyIndex '{self.name}' has {expected}; got "
+            f"{type(key).__name__} {shown} at position {position} of the "
+            "batch (flattened). No key of this batch was added."
+        )
+
+    def _int_keys(self, keys):
+        """The batch as a list of Python ints, or raises."""
+        if keys.dtype.kind in "iu":
+            if keys.size and keys.dtype.kind == "u":
+                top = keys.reshape(-1).argmax()
+                if int(keys.reshape(-1)[top]) > _INT64_MAX:
+                    self._refuse(
+                        ValueError,
+                        keys.reshape(-1)[top],
+                        int(top),
+                        "int64 keys, in [-2**63, 2**63)",
+                    )
+            return keys.reshape(-1).tolist()
+        raw = flat = keys.reshape(-1).tolist()
+        if not all(type(key) is int for key in raw):
+            for i, key in enumerate(raw):
+                if isinstance(key, (bool, np.bool_)) or not isinstance(
+                    key, (int, np.integer)
+                ):
+                    self._refuse(TypeError, key, i, "int64 keys")
+            flat = [int(key) for key in raw]
+        if flat and (min(flat) < _INT64_MIN or max(flat) > _INT64_MAX):
+            for i, key in enumerate(flat):
+                if not _INT64_MIN <= key <= _INT64_MAX:
+                    self._refuse(
+                        ValueError, raw[i], i, "int64 keys, in [-2**63, 2**63)"
+                    )
+        return flat
+
+    def _string_keys(self, keys):
+        """The batch as a list of `str` encodable as UTF-8, or raises."""
+        flat = keys.reshape(-1).tolist()
+        if not all(type(key) is str for key in flat):
+            for i, key in enumerate(flat):
+                if isinstance(key, bytes):
+                    try:
+                        flat[i] = key.decode("utf-8")
+                    except UnicodeDecodeError:
+                        self._refuse(
+                            ValueError, key, i, "string keys (UTF-8 bytes)"
+                        )
+                elif isinstance(key, str):
+                    flat[i] = str(key)
+                else:
+                    self._refuse(TypeError, key, i, "string keys")
+        try:
+            "".join(flat).encode("utf-8")
+        except UnicodeEncodeError:
+            for i, key in enumerate(flat):
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    self._refuse(
+                        ValueError,
+                        key,
+                        i,
+                        "string keys encodable as UTF-8 (no lone surrogates)",
+                    )
+        return flat
 
     def lookup(self, keys, grow=None):
         """Rows of `keys` (any shape) as an int64 NumPy array.
+
+        The whole batch is checked first: a refused batch (a `TypeError`
+        for a key of the wrong type, a `ValueError` for an int64 key out
+        of range or a string not encodable as UTF-8, a `KeyError` for an
+        unknown key of a frozen index without `oov_row`) adds no key.
 
         Args:
             keys: array-like of keys.
@@ -110,53 +195,127 @@ class KeyIndex(keras.layers.Layer):
             grow = not self.frozen
         if grow and self.frozen:
             raise ValueError(f"KeyIndex '{self.name}' is frozen.")
-        keys = np.asarray(keys, dtype=object)
-        out = np.empty(keys.shape, dtype=np.int64)
-        flat_out = out.reshape(-1)
-        for i, raw in enumerate(keys.reshape(-1)):
-            key = self._key(raw)
-            row = self._rows.get(key)
-            if row is None:
-                if grow:
-                    row = self.first_row + len(self._rows)
-                    self._rows[key] = row
-                elif self.oov_row is None:
-                    raise KeyError(
-                        f"KeyIndex '{self.name}' is frozen and has no row "
-                        f"for key {key!r}."
-                    )
-                else:
-                    row = self.oov_row
-            flat_out[i] = row
-        return out
+        if not isinstance(keys, np.ndarray) or keys.dtype.kind == "b":
+            keys = np.asarray(keys, dtype=object)
+        shape = keys.shape
+        if self.key_dtype == "string":
+            flat = self._string_keys(keys)
+        else:
+            flat = self._int_keys(keys)
+        rows = self._rows
+        if grow:
+            # Only now, with every key checked, does the index change.
+            new = dict.fromkeys(key for key in flat if key not in rows)
+            start = self.first_row + len(rows)
+            rows.update(zip(new, range(start, start + len(new))))
+            found = list(map(rows.__getitem__, flat))
+        else:
+            found = [rows.get(key, self.oov_row) for key in flat]
+            if self.oov_row is None and None in found:
+                key = flat[found.index(None)]
+                raise KeyError(
+                    f"KeyIndex '{self.name}' is frozen and has no row "
+                    f"for key {key!r}."
+                )
+        return np.array(found, dtype=np.int64).reshape(shape)
 
     def keys(self):
         """Keys in row order."""
         return list(self._rows)
 
+    # ---------------------------------------------------------------- saving
+    def _entry_names(self):
+        if self.key_dtype == "string":
+            return ("key_bytes", "key_lengths", "frozen")
+        return ("keys", "frozen")
+
     def save_own_variables(self, store):
         keys = self.keys()
+        entries = {}
         if self.key_dtype == "string":
             # Weight stores hold numbers: UTF-8 bytes plus their lengths.
             encoded = [k.encode("utf-8") for k in keys]
-            store["key_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
-            store["key_lengths"] = np.array([len(e) for e in encoded], np.int64)
+            entries["key_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
+            entries["key_lengths"] = np.array(
+                [len(e) for e in encoded], np.int64
+            ).reshape(-1)
         else:
-            store["keys"] = np.array(keys, dtype=np.int64)
-        store["frozen"] = np.array(int(self.frozen), np.int64)
+            entries["keys"] = np.array(keys, dtype=np.int64).reshape(-1)
+        entries["frozen"] = np.array(int(self.frozen), np.int64)
+        for name, value in entries.items():
+            store[name] = value
+        store["checksum"] = entry_checksums(entries, self._entry_names())
 
     def load_own_variables(self, store):
+        where = f"KeyIndex '{self.name}'"
+        entries = checked_entries(store, self._entry_names(), where)
+        frozen = entries["frozen"]
+        if frozen.shape != () or int(frozen) not in (0, 1):
+            raise ValueError(
+                f"{where}: saved entry 'frozen' must be a scalar 0 or 1; got "
+                f"shape {frozen.shape}, value {frozen.reshape(-1)[:1]}."
+            )
         if self.key_dtype == "string":
-            data = np.asarray(store["key_bytes"]).astype(np.uint8).tobytes()
-            lengths = np.asarray(store["key_lengths"]).tolist()
-            ends = np.cumsum([0] + lengths).tolist()
-            keys = [data[s:e].decode("utf-8") for s, e in zip(ends, ends[1:])]
+            keys = self._saved_string_keys(entries, where)
         else:
-            keys = np.asarray(store["keys"]).astype(np.int64).tolist()
-        self._rows = {}
-        for key in keys:
-            self._rows[key] = self.first_row + len(self._rows)
-        self.frozen = bool(np.asarray(store["frozen"]))
+            saved = entries["keys"]
+            if saved.ndim != 1 or saved.dtype.kind not in "iu":
+                raise ValueError(
+                    f"{where}: saved entry 'keys' must be a 1-D integer "
+                    f"array; got shape {saved.shape}, dtype {saved.dtype}."
+                )
+            keys = saved.astype(np.int64).tolist()
+        if len(set(keys)) != len(keys):
+            seen = set()
+            twice = next(k for k in keys if k in seen or seen.add(k))
+            raise ValueError(
+                f"{where}: the saved keys hold {twice!r} twice; each key has "
+                "one row, so the rows after it would shift. The weights "
+                "file is corrupted."
+            )
+        # Checked: only now does the index change.
+        start = self.first_row
+        self._set_rows(dict(zip(keys, range(start, start + len(keys)))))
+        self.frozen = bool(int(frozen))
+
+    def _saved_string_keys(self, entries, where):
+        data, lengths = entries["key_bytes"], entries["key_lengths"]
+        if data.ndim != 1 or data.dtype != np.uint8:
+            raise ValueError(
+                f"{where}: saved entry 'key_bytes' must be a 1-D uint8 "
+                f"array; got shape {data.shape}, dtype {data.dtype}."
+            )
+        if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+            raise ValueError(
+                f"{where}: saved entry 'key_lengths' must be a 1-D integer "
+                f"array; got shape {lengths.shape}, dtype {lengths.dtype}."
+            )
+        lengths = lengths.astype(np.int64)
+        if lengths.size and int(lengths.min()) < 0:
+            raise ValueError(
+                f"{where}: saved entry 'key_lengths' holds a negative "
+                f"length ({int(lengths.min())}). The weights file is "
+                "corrupted."
+            )
+        total = int(lengths.sum(dtype=np.int64))
+        if total != data.size:
+            raise ValueError(
+                f"{where}: saved entry 'key_lengths' sums to {total} bytes "
+                f"but 'key_bytes' holds {data.size}. The weights file is "
+                "corrupted."
+            )
+        raw = data.tobytes()
+        ends = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        keys = []
+        for i, (s, e) in enumerate(zip(ends, ends[1:])):
+            try:
+                keys.append(raw[s:e].decode("utf-8"))
+            except UnicodeDecodeError:
+                raise ValueError(
+                    f"{where}: saved key {i} ({raw[s:e]!r}) is not valid "
+                    "UTF-8. The weights file is corrupted."
+                ) from None
+        return keys
 
     def get_config(self):
         config = super().get_config()

@@ -1,6 +1,9 @@
 import keras
 from keras import ops
 
+from kmodels.arguments import check_int
+from kmodels.contracts.checks import guarded_call
+
 
 @keras.saving.register_keras_serializable(package="kmodels")
 class PatchEmbedding(keras.layers.Layer):
@@ -15,9 +18,9 @@ class PatchEmbedding(keras.layers.Layer):
     a token embedding.
 
     Args:
-        patch_size: int, the side of the square patches; must divide the
-            image height and width.
-        embedding_dim: int, the size of each patch vector.
+        patch_size: int >= 1, the side of the square patches; must divide
+            the image height and width.
+        embedding_dim: int >= 1, the size of each patch vector.
         kernel_initializer: initializer of the projection. Defaults to
             `"glorot_uniform"`.
         bias_initializer: initializer of the bias. Defaults to `"zeros"`.
@@ -25,8 +28,9 @@ class PatchEmbedding(keras.layers.Layer):
             including `name`, `trainable`, `dtype` etc.
 
     Call arguments:
-        inputs: float images `(batch, height, width, channels)`
-            (channels last).
+        inputs: images `(batch, height, width, channels)` (channels last),
+            float or integer (e.g. uint8 pixels); they are cast to the
+            layer's compute dtype, which is also the output dtype.
 
     Example:
 
@@ -47,20 +51,19 @@ class PatchEmbedding(keras.layers.Layer):
         bias_initializer="zeros",
         **kwargs,
     ):
+        # Checked before any sublayer is made; NumPy ints are stored as
+        # Python ints, bools and floats are refused.
+        patch_size = check_int(patch_size, "patch_size", "PatchEmbedding")
+        embedding_dim = check_int(
+            embedding_dim, "embedding_dim", "PatchEmbedding"
+        )
+        kernel_initializer = keras.initializers.get(kernel_initializer)
+        bias_initializer = keras.initializers.get(bias_initializer)
         super().__init__(**kwargs)
-        for arg, value in (
-            ("patch_size", patch_size),
-            ("embedding_dim", embedding_dim),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"PatchEmbedding expects `{arg}` to be a positive int; "
-                    f"got {value!r}."
-                )
         self.patch_size = patch_size
         self.embedding_dim = embedding_dim
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
         self.projection = keras.layers.Conv2D(
             embedding_dim,
             kernel_size=patch_size,
@@ -94,8 +97,16 @@ class PatchEmbedding(keras.layers.Layer):
         self.projection.build(tuple(input_shape))
         self.built = True
 
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
+
     def call(self, inputs):
-        patches = self.projection(inputs)
+        # Integer images (e.g. uint8 pixels) are cast to the compute dtype
+        # here: Keras only autocasts float inputs, and the convolutions
+        # of TensorFlow and torch refuse integers where JAX's accepts them.
+        patches = self.projection(ops.cast(inputs, self.compute_dtype))
         shape = ops.shape(patches)
         return ops.reshape(
             patches, (shape[0], shape[1] * shape[2], self.embedding_dim)

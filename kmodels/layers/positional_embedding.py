@@ -1,6 +1,14 @@
+import numbers
+
 import keras
 import keras_hub
+import numpy as np
 from keras import ops
+
+from kmodels.arguments import check_choice
+from kmodels.arguments import check_float
+from kmodels.arguments import check_int
+from kmodels.contracts.checks import guarded_call
 
 _POSITIONS = ("learned", "sine")
 _MERGES = ("add", "concat")
@@ -23,29 +31,41 @@ class PositionalEmbedding(keras.layers.Layer):
     `Embedding`, this computes exactly what
     `keras_hub.layers.TokenAndPositionEmbedding` does, with the same ops.
 
+    The arguments are checked at construction, before any sublayer is made:
+    a bad one raises a `ValueError` naming it, what was expected and what
+    arrived (a non-`Layer` `embedding` raises a `TypeError`).
+
     Args:
         embedding: a `keras.layers.Layer` mapping the inputs to
             `(batch, seq, dim)`.
-        sequence_length: int, the longest sequence (number of positions) the
-            learned table holds. The sine variant accepts any length but the
-            value is still checked at build time, so both variants fail the
-            same way on an over-long input.
+        sequence_length: int >= 1, the longest sequence (number of
+            positions) the learned table holds. The sine variant accepts
+            any length but the value is still checked at build time, so
+            both variants fail the same way on an over-long input.
         position: `"learned"` or `"sine"`. Defaults to `"learned"`.
         merge: `"add"` (output dim = `dim`) or `"concat"` (position vectors
             of the same width appended: output dim = `2 * dim`). Defaults to
             `"add"`.
         position_initializer: initializer of the learned table. Defaults to
             `"glorot_uniform"`, as `keras_hub.layers.PositionEmbedding`.
-        max_wavelength: the sine variant's longest wavelength. Defaults to
-            `10000` (Vaswani et al., 2017).
+        max_wavelength: finite number > 0, the sine variant's longest
+            wavelength (position `p`, feature pair `i` of `dim` turn at
+            `p / max_wavelength ** (2i / dim)`). Defaults to `10000`
+            (Vaswani et al., 2017).
         **kwargs: other keyword arguments passed to `keras.layers.Layer`,
-            including `name`, `trainable`, `dtype` etc.
+            including `name`, `trainable`, `dtype` etc. The output is in
+            this layer's compute dtype (e.g. float16 under
+            `"mixed_float16"`), whatever the wrapped embedding's policy:
+            its output and the positions are cast before the merge.
 
     Call arguments:
         inputs: whatever `embedding` accepts (ids or images).
-        start_index: int or int tensor, the position of the first element of
-            `inputs`; use it in step-by-step decoding, where one token at
-            position `t` is embedded at a time. Defaults to `0`.
+        start_index: int >= 0 or int tensor, the position of the first
+            element of `inputs`; use it in step-by-step decoding, where one
+            token at position `t` is embedded at a time. Defaults to `0`. A
+            Python or NumPy int is checked at call time (a `ValueError`
+            when negative, not an integer, or when `start_index + length`
+            exceeds `sequence_length`); a tensor is used as it is.
 
     Example:
 
@@ -79,7 +99,18 @@ class PositionalEmbedding(keras.layers.Layer):
         max_wavelength=10000,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        # Every argument is checked before any sublayer is made.
+        owner = "PositionalEmbedding"
+        sequence_length = check_int(sequence_length, "sequence_length", owner)
+        position = check_choice(position, "position", owner, _POSITIONS)
+        merge = check_choice(merge, "merge", owner, _MERGES)
+        # sin(p / max_wavelength ** (2i / dim)): a base <= 0 gives NaN or
+        # infinite frequencies.
+        max_wavelength = check_float(
+            max_wavelength, "max_wavelength", owner, 0, exclusive_minimum=True
+        )
+        if max_wavelength == int(max_wavelength):
+            max_wavelength = int(max_wavelength)
         if isinstance(embedding, dict):
             embedding = keras.saving.deserialize_keras_object(embedding)
         if not isinstance(embedding, keras.layers.Layer):
@@ -88,26 +119,13 @@ class PositionalEmbedding(keras.layers.Layer):
                 "keras.layers.Layer (e.g. keras.layers.Embedding(...)); got "
                 f"{type(embedding).__name__}."
             )
-        if sequence_length is None or int(sequence_length) < 1:
-            raise ValueError(
-                "PositionalEmbedding expects `sequence_length` to be a "
-                f"positive int; got {sequence_length!r}."
-            )
-        if position not in _POSITIONS:
-            raise ValueError(
-                f"PositionalEmbedding expects `position` in {_POSITIONS}; "
-                f"got {position!r}."
-            )
-        if merge not in _MERGES:
-            raise ValueError(
-                f"PositionalEmbedding expects `merge` in {_MERGES}; got "
-                f"{merge!r}."
-            )
+        position_initializer = keras.initializers.get(position_initializer)
+        super().__init__(**kwargs)
         self.embedding = embedding
-        self.sequence_length = int(sequence_length)
+        self.sequence_length = sequence_length
         self.position = position
         self.merge = merge
-        self.position_initializer = keras.initializers.get(position_initializer)
+        self.position_initializer = position_initializer
         self.max_wavelength = max_wavelength
         if position == "learned":
             self.position_embedding = keras_hub.layers.PositionEmbedding(
@@ -150,9 +168,37 @@ class PositionalEmbedding(keras.layers.Layer):
                 f"(`sequence_length`); the inputs have {length}."
             )
 
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
+
     def call(self, inputs, start_index=0):
         embedded = self.embedding(inputs)
+        if isinstance(start_index, (numbers.Number, np.generic, str)):
+            # A Python or NumPy number is checked here, the same on every
+            # backend: JAX's slice would silently clamp an out-of-range
+            # start, torch would accept 2.5. Tensors are used as they are.
+            start_index = check_int(
+                start_index, "start_index", "PositionalEmbedding", 0
+            )
+            length = embedded.shape[1]
+            if length is not None and start_index + length > (
+                self.sequence_length
+            ):
+                raise ValueError(
+                    f"PositionalEmbedding holds {self.sequence_length} "
+                    "positions (`sequence_length`); the inputs need "
+                    f"positions {start_index} to {start_index + length - 1}"
+                    f" (start_index={start_index}, {length} positions)."
+                )
         positions = self.position_embedding(embedded, start_index=start_index)
+        # The wrapped embedding keeps its own dtype policy (often float32
+        # under a mixed one): both halves are cast to this layer's compute
+        # dtype, the dtype `compute_output_spec` announces, so TensorFlow
+        # does not refuse a half + float sum and JAX does not promote it.
+        embedded = ops.cast(embedded, self.compute_dtype)
+        positions = ops.cast(positions, self.compute_dtype)
         if self.merge == "add":
             return embedded + positions
         return ops.concatenate([embedded, positions], axis=-1)

@@ -14,17 +14,33 @@ def sparse_softmax_cross_entropy(labels, logits):
     return -np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
 
 
-def masked_cross_entropy(labels, logits, pad_id=0):
-    """Mean cross-entropy over the positions whose label is not `pad_id`."""
+def masked_cross_entropy(labels, logits, pad_id=0, sample_weight=None):
+    """Weighted mean cross-entropy over the positions whose label is not
+    `pad_id`: `sum(loss * m * w) / sum(m * w)` with `m` the real-token mask
+    and `w` the weights (`(batch,)` per example or `(batch, t)` per token,
+    1 when `sample_weight` is None). 0.0 when `sum(m * w)` is 0 (no real
+    token with a nonzero weight)."""
     labels = np.asarray(labels)
     mask = (labels != pad_id).astype(np.float64)
+    weight = mask
+    if sample_weight is not None:
+        w = np.asarray(sample_weight, np.float64)
+        if w.ndim == 1:
+            w = w[:, None]
+        weight = mask * w
+    count = weight.sum()
+    if count == 0:
+        return 0.0
     loss = sparse_softmax_cross_entropy(labels, logits)
-    return float((loss * mask).sum() / mask.sum())
+    return float(np.where(mask > 0, loss * weight, 0.0).sum() / count)
 
 
 def masked_accuracy(labels, logits, pad_id=0):
-    """Share of non-pad positions whose argmax equals the label."""
+    """Share of non-pad positions whose argmax equals the label; 0.0 when
+    there is none."""
     labels = np.asarray(labels)
     mask = labels != pad_id
+    if not mask.any():
+        return 0.0
     hit = np.argmax(np.asarray(logits), axis=-1) == labels
     return float((hit & mask).sum() / mask.sum())

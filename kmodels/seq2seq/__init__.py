@@ -5,6 +5,7 @@ from kmodels.seq2seq.autoencoder import Autoencoder
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.losses import MaskedLoss
 from kmodels.seq2seq.losses import masked_acc
 from kmodels.seq2seq.losses import masked_loss
 from kmodels.seq2seq.text import TextProcessor
@@ -16,6 +17,7 @@ __all__ = [
     "CrossAttention",
     "Decoder",
     "Encoder",
+    "MaskedLoss",
     "TextProcessor",
     "TextTranslator",
     "Translator",

@@ -2,12 +2,19 @@
 
 import keras
 
+from kmodels.arguments import check_int
+from kmodels.arguments import check_optional_int
+from kmodels.contracts.checks import check_autoencoder_batch
+from kmodels.contracts.checks import guarded_call
+from kmodels.contracts.hook import ContractModel
+from kmodels.saving.atomic import save_model
+from kmodels.saving.portable_optimizer import portable_compile_config
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import without_mask
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Autoencoder(keras.Model):
+class Autoencoder(ContractModel, keras.Model):
     """An `Encoder` plus `Dense(vocabulary_size)`: logits for the input ids.
 
     Trained with `masked_loss(tokens, model(tokens))`, it pretrains the
@@ -16,10 +23,12 @@ class Autoencoder(keras.Model):
     (`encoder.trainable = False`, then compile).
 
     Args:
-        encoder_or_vocabulary_size: an `Encoder` to train, or the vocabulary
-            size of a new one.
-        units: int. Needed with a vocabulary size; with an encoder it may be
-            omitted (it must match if given).
+        encoder_or_vocabulary_size: an `Encoder` (or its config) to train,
+            or the vocabulary size (int >= 1) of a new one.
+        units: int >= 1. Needed with a vocabulary size; with an encoder it
+            may be omitted (it must match if given). Both are checked at
+            construction, before any layer is made (`ValueError` naming the
+            argument).
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -38,23 +47,33 @@ class Autoencoder(keras.Model):
     """
 
     def __init__(self, encoder_or_vocabulary_size, units=None, **kwargs):
-        super().__init__(**kwargs)
+        # Every argument is checked before anything is built.
+        owner = "Autoencoder"
+        units = check_optional_int(units, "units", owner)
         value = encoder_or_vocabulary_size
         if isinstance(value, dict):
             value = keras.saving.deserialize_keras_object(value)
         if isinstance(value, Encoder):
-            if units is not None and int(units) != value.units:
+            if units is not None and units != value.units:
                 raise ValueError(
-                    f"units={units} does not match the encoder's {value.units}"
+                    f"{owner}: units={units} does not match the encoder's "
+                    f"{value.units}."
                 )
-            self.encoder = value
+            encoder = value
         else:
+            vocabulary_size = check_int(
+                value, "encoder_or_vocabulary_size", owner
+            )
             if units is None:
                 raise ValueError(
-                    "Autoencoder(vocabulary_size, units) needs units when "
-                    "no Encoder is given"
+                    f"{owner}: a vocabulary size needs `units` (an integer "
+                    ">= 1); got None."
                 )
-            self.encoder = Encoder(int(value), int(units), name="encoder")
+            encoder = None
+        super().__init__(**kwargs)
+        if encoder is None:
+            encoder = Encoder(vocabulary_size, units, name="encoder")
+        self.encoder = encoder
         self.vocabulary_size = self.encoder.vocabulary_size
         self.units = self.encoder.units
         self.output_layer = keras.layers.Dense(
@@ -74,12 +93,25 @@ class Autoencoder(keras.Model):
             self.trainable = False
         self.built = True
 
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
+
     def call(self, tokens, training=None):
         context = without_mask(self.encoder(tokens, training=training))
         return without_mask(self.output_layer(context))
 
     def compute_output_shape(self, tokens_shape):
         return tuple(tokens_shape) + (self.vocabulary_size,)
+
+    def check_batch(self, x, y=None, training=False):
+        """Checks a batch (or all the data) of `fit` / `evaluate` /
+        `predict` / `*_on_batch`, before any compiled step: `x` ids in
+        `[0, vocabulary_size)`, 2-D and non-empty; `y` (optional) the same
+        ids' shape and range. Raises the `TypeError` / `ValueError` of
+        `kmodels.contracts`."""
+        check_autoencoder_batch(self, x, y)
 
     def get_config(self):
         config = super().get_config()
@@ -92,3 +124,28 @@ class Autoencoder(keras.Model):
             }
         )
         return config
+
+    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
+        """Saves the model as a `.keras` file, atomically.
+
+        As `keras.Model.save`, but the file is written beside `filepath`
+        and moved into place only when complete: a failed save leaves the
+        previous file byte-identical (see `kmodels.saving.save_model`).
+
+        Raises:
+            ValueError: the model was never called or built (it has no
+                weights yet); nothing is written.
+        """
+        return save_model(
+            self, filepath, overwrite=overwrite, zipped=zipped, **kwargs
+        )
+
+    def get_compile_config(self):
+        # Records `keras.optimizers.Adam`, not torch's own Adam class, so
+        # the file resumes training on every backend.
+        return portable_compile_config(super().get_compile_config())
+
+    def compile_from_config(self, config):
+        # Files saved on torch before (or by plain Keras) record torch's
+        # optimizer class: rebuild the portable one instead.
+        super().compile_from_config(portable_compile_config(config))

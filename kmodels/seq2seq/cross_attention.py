@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kmodels.arguments import check_int
+from kmodels.contracts.checks import guarded_call
 from kmodels.seq2seq.masking import masks_hidden
 
 
@@ -23,8 +25,8 @@ class CrossAttention(keras.layers.Layer):
     the layer: the attention weights are returned, never stored.
 
     Args:
-        units: int. Key dimension of the attention (the tutorial uses the
-            model's `units`).
+        units: int >= 1. Key dimension of the attention (the tutorial uses
+            the model's `units`).
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -37,7 +39,8 @@ class CrossAttention(keras.layers.Layer):
             `(batch, t, s)`, averaged over heads.
 
     Returns:
-        `(batch, t, dim)`, and the weights when asked.
+        `(batch, t, dim)`, and the weights when asked (also from a
+        functional, symbolic call), in the compute dtype.
 
     Example:
     >>> import numpy as np
@@ -58,8 +61,9 @@ class CrossAttention(keras.layers.Layer):
     """
 
     def __init__(self, units, **kwargs):
+        units = check_int(units, "units", "CrossAttention")
         super().__init__(**kwargs)
-        self.units = int(units)
+        self.units = units
         self.mha = keras.layers.MultiHeadAttention(
             key_dim=self.units,
             num_heads=1,
@@ -85,6 +89,11 @@ class CrossAttention(keras.layers.Layer):
             self.trainable = False
         self.built = True
 
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
+
     def call(
         self, x, context, context_mask=None, return_attention_weights=False
     ):
@@ -106,8 +115,33 @@ class CrossAttention(keras.layers.Layer):
         # Keeps the query's mask, as a residual block does.
         return previous_mask
 
-    def compute_output_shape(self, x_shape, context_shape):
-        return tuple(x_shape)
+    def compute_output_shape(
+        self, x_shape, context_shape, return_attention_weights=False
+    ):
+        """The shape of `y`, and of the weights `(batch, t, s)` when
+        `return_attention_weights`, as `call` returns them."""
+        x_shape = tuple(x_shape)
+        if return_attention_weights:
+            return x_shape, x_shape[:2] + (tuple(context_shape)[1],)
+        return x_shape
+
+    def compute_output_spec(
+        self, x, context, context_mask=None, return_attention_weights=False
+    ):
+        # Keras' default spec passes only the tensor shapes to
+        # `compute_output_shape`, so a functional call would drop the
+        # weights that an eager call with the same flag returns.
+        shapes = self.compute_output_shape(
+            x.shape,
+            context.shape,
+            return_attention_weights=return_attention_weights,
+        )
+        if not return_attention_weights:
+            return keras.KerasTensor(shapes, dtype=self.compute_dtype)
+        return tuple(
+            keras.KerasTensor(shape, dtype=self.compute_dtype)
+            for shape in shapes
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kmodels.arguments import check_int
+from kmodels.contracts.checks import guarded_call
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.encoder import gather_steps
 from kmodels.seq2seq.encoder import is_eager_right_padded
@@ -28,8 +30,9 @@ class Decoder(keras.layers.Layer):
     did not come straight from an `Encoder` call (e.g. a stored context).
 
     Args:
-        vocabulary_size: int. Number of target token ids (logits per step).
-        units: int. Embedding, GRU and attention size.
+        vocabulary_size: int >= 1. Number of target token ids (logits per
+            step).
+        units: int >= 1. Embedding, GRU and attention size.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -44,7 +47,8 @@ class Decoder(keras.layers.Layer):
 
     Returns:
         `logits (batch, t, vocabulary_size)`, followed by `state` and then
-        the attention weights when asked, in that order.
+        the attention weights when asked, in that order, all in the compute
+        dtype; a functional (symbolic) call returns the same structure.
 
     Example:
     >>> import numpy as np
@@ -65,9 +69,13 @@ class Decoder(keras.layers.Layer):
     """
 
     def __init__(self, vocabulary_size, units, **kwargs):
+        vocabulary_size = check_int(
+            vocabulary_size, "vocabulary_size", "Decoder"
+        )
+        units = check_int(units, "units", "Decoder")
         super().__init__(**kwargs)
-        self.vocabulary_size = int(vocabulary_size)
-        self.units = int(units)
+        self.vocabulary_size = vocabulary_size
+        self.units = units
         self.embedding = keras.layers.Embedding(
             self.vocabulary_size,
             self.units,
@@ -105,6 +113,11 @@ class Decoder(keras.layers.Layer):
             self.trainable = True
             self.trainable = False
         self.built = True
+
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
 
     def call(
         self,
@@ -158,8 +171,49 @@ class Decoder(keras.layers.Layer):
     def compute_mask(self, context, previous_mask=None):
         return None
 
-    def compute_output_shape(self, context_shape, x_shape, state_shape=None):
-        return tuple(x_shape) + (self.vocabulary_size,)
+    def compute_output_shape(
+        self,
+        context_shape,
+        x_shape,
+        state_shape=None,
+        return_state=False,
+        return_attention_weights=False,
+    ):
+        """The shape of `logits`, or the tuple of shapes `call` returns
+        with the same `return_state` and `return_attention_weights`."""
+        x_shape = tuple(x_shape)
+        shapes = (x_shape + (self.vocabulary_size,),)
+        if return_state:
+            shapes += ((x_shape[0], self.units),)
+        if return_attention_weights:
+            shapes += (x_shape[:2] + (tuple(context_shape)[1],),)
+        return shapes[0] if len(shapes) == 1 else shapes
+
+    def compute_output_spec(
+        self,
+        context,
+        x,
+        state=None,
+        return_state=False,
+        context_mask=None,
+        return_attention_weights=False,
+    ):
+        # Keras' default spec passes only the tensor shapes to
+        # `compute_output_shape`, so a functional call would drop the
+        # state and the weights that an eager call with the same flags
+        # returns. Every output is in the compute dtype, as in `call`.
+        shapes = self.compute_output_shape(
+            context.shape,
+            x.shape,
+            return_state=return_state,
+            return_attention_weights=return_attention_weights,
+        )
+        if not (return_state or return_attention_weights):
+            return keras.KerasTensor(shapes, dtype=self.compute_dtype)
+        return tuple(
+            keras.KerasTensor(shape, dtype=self.compute_dtype)
+            for shape in shapes
+        )
 
     def get_config(self):
         config = super().get_config()

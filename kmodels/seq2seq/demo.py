@@ -1,6 +1,7 @@
 """Dates to ISO form, end to end: the seed's workflow on a real task.
 
     python -m kmodels.seq2seq.demo [--quick] [--seconds N] [--out DIR]
+        [--dtype-policy mixed_bfloat16]
 
 1. Generate a parallel corpus of dates written many ways and their ISO form
    (`kmodels.seq2seq.dates`, no download) and adapt two `TextProcessor`s.
@@ -152,8 +153,51 @@ def run(
     seed=0,
     quiet=False,
     clock="wall",
+    dtype_policy=None,
 ):
-    """The whole workflow; returns a dict of its figures (see `main`)."""
+    """The whole workflow; returns a dict of its figures (see `main`).
+
+    `dtype_policy` (e.g. `"mixed_bfloat16"`) is the global Keras dtype
+    policy while the models are built, trained and used; the previous
+    policy is restored on return."""
+    previous = keras.config.dtype_policy()
+    if dtype_policy is not None:
+        keras.config.set_dtype_policy(dtype_policy)
+    try:
+        return _run(
+            train,
+            test,
+            units,
+            batch_size,
+            seconds,
+            pretrain_share,
+            pretrain_epochs,
+            epochs,
+            learning_rate,
+            out=out,
+            seed=seed,
+            quiet=quiet,
+            clock=clock,
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _run(
+    train,
+    test,
+    units,
+    batch_size,
+    seconds,
+    pretrain_share,
+    pretrain_epochs,
+    epochs,
+    learning_rate,
+    out,
+    seed,
+    quiet,
+    clock,
+):
     say = (lambda *a: None) if quiet else print
     # "cpu": the budget counts this process' CPU seconds, a fair measure on
     # a machine shared with other jobs (for single-threaded torch it is the
@@ -176,7 +220,8 @@ def run(
     say(
         f"backend {keras.backend.backend()}: {train} training pairs, "
         f"{test} held out; vocabularies {source.vocabulary_size} -> "
-        f"{target.vocabulary_size}; units {units}"
+        f"{target.vocabulary_size}; units {units}; dtype policy "
+        f"{keras.config.dtype_policy().name}"
     )
 
     # 1. Pretrain the encoder as an autoencoder: input = target.
@@ -266,6 +311,7 @@ def run(
 
     result = {
         "backend": keras.backend.backend(),
+        "dtype_policy": keras.config.dtype_policy().name,
         "accuracy": accuracy,
         "held_out": test,
         "train_pairs": train,
@@ -309,7 +355,8 @@ def run(
 def main(argv=None):
     """Runs the demo; returns the dict of figures.
 
-    Keys: `backend`, `accuracy` (exact match in [0, 1]), `held_out`,
+    Keys: `backend`, `dtype_policy` (the global Keras policy of the run,
+    `--dtype-policy`), `accuracy` (exact match in [0, 1]), `held_out`,
     `train_pairs`, `units`, `clock`, `pretrain_seconds`, `pretrain_epochs`,
     `pretrain_masked_acc`, `train_seconds`, `train_epochs`,
     `train_masked_acc`, `total_train_seconds`, `translate_seconds`,
@@ -345,13 +392,25 @@ def main(argv=None):
         "model on a shared 2-core CPU; 0 keeps torch's default; no effect "
         "on TensorFlow and JAX)",
     )
+    parser.add_argument(
+        "--dtype-policy",
+        default=None,
+        help="Keras dtype policy for the run, e.g. mixed_bfloat16 or "
+        "mixed_float16 (default: the current global policy, float32)",
+    )
     args = parser.parse_args(argv)
     if args.threads > 0:
         set_intra_op_threads(args.threads)
     settings = dict(QUICK if args.quick else FULL)
     if args.seconds is not None:
         settings["seconds"] = args.seconds
-    return run(**settings, out=args.out, seed=args.seed, clock=args.clock)
+    return run(
+        **settings,
+        out=args.out,
+        seed=args.seed,
+        clock=args.clock,
+        dtype_policy=args.dtype_policy,
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from kmodels.arguments import check_int
+from kmodels.contracts.checks import guarded_call
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
@@ -30,8 +32,10 @@ class Encoder(keras.layers.Layer):
     tutorial's `text_processor` holds no weights).
 
     Args:
-        vocabulary_size: int. Number of token ids, padding (0) included.
-        units: int. Size of the embedding, of each GRU and of the context.
+        vocabulary_size: int >= 1. Number of token ids, padding (0)
+            included.
+        units: int >= 1. Size of the embedding, of each GRU and of the
+            context.
         **kwargs: other `keras.layers.Layer` arguments (`name`, `trainable`,
             `dtype`, ...).
 
@@ -56,9 +60,13 @@ class Encoder(keras.layers.Layer):
     """
 
     def __init__(self, vocabulary_size, units, **kwargs):
+        vocabulary_size = check_int(
+            vocabulary_size, "vocabulary_size", "Encoder"
+        )
+        units = check_int(units, "units", "Encoder")
         super().__init__(**kwargs)
-        self.vocabulary_size = int(vocabulary_size)
-        self.units = int(units)
+        self.vocabulary_size = vocabulary_size
+        self.units = units
         self.embedding = keras.layers.Embedding(
             self.vocabulary_size,
             self.units,
@@ -90,6 +98,11 @@ class Encoder(keras.layers.Layer):
             self.trainable = True
             self.trainable = False
         self.built = True
+
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
 
     def call(self, tokens):
         mask = padding_mask(tokens)

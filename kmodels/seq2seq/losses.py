@@ -1,8 +1,8 @@
 """Masked loss and accuracy for padded target sequences (id 0 is padding).
 
-Both functions check the static shapes of their arguments (known when a
-compiled step is traced) and raise the same `ValueError` on every backend when
-the prediction is not `(batch, t, vocabulary)` logits matching the labels
+Both check the static shapes of their arguments (known when a compiled step
+is traced) and raise the same `ValueError` on every backend when the
+prediction is not `(batch, t, vocabulary)` logits matching the labels
 `(batch, t)`. The classic mistake, a model returning the encoder context
 `(batch, s, units)`, crashes TensorFlow with "Graph execution error" and gives
 a meaningless number on JAX without this check.
@@ -10,9 +10,14 @@ a meaningless number on JAX without this check.
 A label outside `[0, y_pred.shape[-1])` cannot be detected before the step
 runs (its value is data); it makes `masked_loss` NaN on every backend instead
 of crashing TensorFlow and torch and passing silently on JAX.
+
+A batch without a single real token (all padding, or every real token
+weighted 0) is not an error: `masked_loss` is exactly 0 there, with zero
+gradients, and `masked_acc` is 0.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from kmodels.backend.replicas import sum_over_replicas
@@ -38,6 +43,20 @@ def _check_shapes(name, y_true, y_pred):
         )
 
 
+def _check_logits(name, y_pred):
+    """Integer "logits" (e.g. ids passed by mistake) are refused, the same
+    on every backend, instead of being cast to float on some."""
+    dtype = getattr(y_pred, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(y_pred).dtype
+    dtype = keras.backend.standardize_dtype(dtype)
+    if "float" not in dtype:
+        raise TypeError(
+            f"{name} expects float logits y_pred of shape (batch, t, vocab); "
+            f"got dtype {dtype}. Did you pass the target ids as y_pred?"
+        )
+
+
 def _fmt(shape):
     return (
         "("
@@ -52,57 +71,178 @@ def _labels(y_true):
     return ops.cast(y_true, "int32")
 
 
+def _static_shape(x):
+    # None when even the rank is unknown: TensorFlow relaxes a retraced
+    # step's `sample_weight` to an unknown rank when its shape changed.
+    try:
+        return tuple(x.shape)
+    except ValueError:
+        return None
+
+
+def _token_weights(name, sample_weight, labels, dtype):
+    """`sample_weight` as `(batch, 1)` or `(batch, t)`, or a clear error."""
+    weight = ops.cast(ops.convert_to_tensor(sample_weight), dtype)
+    shape = _static_shape(weight)
+    labels_shape = tuple(labels.shape)
+    if shape is not None:
+        squeezed = (
+            shape[:-1] if len(shape) in (2, 3) and shape[-1] == 1 else shape
+        )
+        agree = len(squeezed) in (1, 2)
+        for a, b in zip(squeezed, labels_shape):
+            if a is not None and b is not None and a != b:
+                agree = False
+        if not agree:
+            raise ValueError(
+                f"{name} expects sample_weight of shape (batch,) (one weight "
+                "per example) or (batch, t) (one per token) matching labels "
+                f"y_true {_fmt(labels_shape)}; got sample_weight "
+                f"{_fmt(shape)}"
+            )
+    # (batch,), (batch, 1) -> (batch, 1); (batch, t), (batch, t, 1) ->
+    # (batch, t): both broadcast against the labels, whatever the rank.
+    return ops.reshape(weight, (ops.shape(labels)[0], -1))
+
+
 @keras.saving.register_keras_serializable(package="kmodels")
-def masked_loss(y_true, y_pred):
-    """Mean softmax cross-entropy over the non-padding positions.
+class MaskedLoss(keras.losses.Loss):
+    """Softmax cross-entropy averaged over the non-padding positions.
+
+    `masked_loss` is the ready-made instance; pass it (or `MaskedLoss()`) to
+    `model.compile(loss=...)`. With `m` the real-token mask (label != 0) and
+    `w` the weights (1 without `sample_weight`), the loss is
+
+        sum(token_loss * m * w) / sum(m * w)
+
+    so `sample_weight` weights tokens, not the scalar: an example weighted 0
+    is dropped entirely (with `sample_weight=[1, 0]` the loss is that of
+    example 0 alone), and an example weighted 2 counts as if it were there
+    twice. Keras' own wrapper of a plain loss function would instead multiply
+    the batch mean by each weight and average, halving it.
+
+    When `sum(m * w)` is 0 (an all-padding batch, or every real token
+    weighted 0) the loss is exactly 0 and so are its gradients: such a batch
+    leaves the weights where they are (an optimizer with momentum still moves
+    them by its momentum), where dividing by 0 made the loss NaN and, on
+    TensorFlow and torch, every weight NaN.
+
+    Inside a `tf.distribute` step with several replicas, `sum(m * w)` is
+    summed over all replicas (as `tf.nn.compute_average_loss` divides by the
+    global batch size), so the gradients the strategy sums are those of the
+    global batch; a replica without tokens contributes 0. JAX
+    (`keras.distribution`) and torch see the global batch in one program.
+
+    The loss is computed in float32 whatever the logits' dtype (float16 or
+    bfloat16 under a mixed-precision policy), as Keras' losses are.
 
     Args:
-        y_true: int `(batch, t)` target ids; 0 is padding and is excluded.
+        name: str. Name of the loss.
+        dtype: dtype of the computation and of the result. Defaults to
+            `keras.backend.floatx()`.
+
+    Call arguments:
+        y_true: int `(batch, t)` (or `(batch, t, 1)`) target ids; 0 is
+            padding and is excluded.
         y_pred: float `(batch, t, vocab)` logits (not probabilities).
+        sample_weight: optional `(batch,)` weights per example or
+            `(batch, t)` per token (trailing axes of size 1 are dropped).
+            Weights are expected to be >= 0.
 
     Returns:
-        A scalar: the sum of per-token losses divided by the number of real
-        tokens. NaN when a label lies outside `[0, vocab)`. Inside a
-        `tf.distribute` step with several replicas, the divisor is the
-        number of real tokens over all replicas (as
-        `tf.nn.compute_average_loss` divides by the global batch size), so
-        the gradients the strategy sums are those of the global batch.
+        A scalar: the weighted mean above; 0 when no real token has a
+        nonzero weight; NaN when a real token's label lies outside
+        `[0, vocab)`.
 
     Raises:
+        TypeError: when `y_pred` is not a float tensor (integer "logits").
         ValueError: when the static shapes do not match `(batch, t)` and
-            `(batch, t, vocab)`.
+            `(batch, t, vocab)`, or `sample_weight` is neither `(batch,)`
+            nor `(batch, t)`.
 
     Example:
     >>> import numpy as np
-    >>> from kmodels.seq2seq import masked_acc, masked_loss
-    >>> y_true = np.array([[2, 1, 0]])
-    >>> y_pred = np.zeros((1, 3, 4), "float32")
+    >>> from kmodels.seq2seq import masked_loss
+    >>> y_true = np.array([[2, 1, 0], [3, 0, 0]])
+    >>> y_pred = np.zeros((2, 3, 4), "float32")
     >>> round(float(masked_loss(y_true, y_pred)), 4)  # log(4)
     1.3863
+    >>> float(masked_loss(np.zeros((2, 3), "int32"), y_pred))
+    0.0
+    >>> y_pred[0, 0, 2] = 5.0
+    >>> round(float(masked_loss(y_true, y_pred, sample_weight=[0, 1])), 4)
+    1.3863
     """
-    _check_shapes("masked_loss", y_true, y_pred)
-    labels = _labels(y_true)
-    logits = ops.convert_to_tensor(y_pred)
-    vocab = logits.shape[-1]
-    in_range = ops.logical_and(
-        ops.greater_equal(labels, 0), ops.less(labels, vocab)
-    )
-    safe = ops.where(in_range, labels, 0)
-    log_probs = ops.log_softmax(logits, axis=-1)
-    picked = ops.take_along_axis(log_probs, safe[..., None], axis=-1)
-    loss = -ops.squeeze(picked, axis=-1)
-    loss = ops.where(in_range, loss, float("nan"))
-    mask = ops.cast(ops.not_equal(labels, PAD_ID), loss.dtype)
-    return ops.sum(loss * mask) / sum_over_replicas(ops.sum(mask))
+
+    def __init__(self, name="masked_loss", dtype=None):
+        super().__init__(name=name, reduction=None, dtype=dtype)
+
+    @property
+    def __name__(self):
+        # `masked_loss` used to be a function: keep `masked_loss.__name__`.
+        return self.name
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        _check_logits(self.name, y_pred)
+        _check_shapes(self.name, y_true, y_pred)
+        with keras.name_scope(self.name):
+            labels = _labels(ops.convert_to_tensor(y_true))
+            logits = ops.cast(ops.convert_to_tensor(y_pred), self.dtype)
+            loss = self.call(labels, logits)
+            real = ops.not_equal(labels, PAD_ID)
+            weight = ops.cast(real, self.dtype)
+            if sample_weight is not None:
+                weight = weight * _token_weights(
+                    self.name, sample_weight, labels, self.dtype
+                )
+            # `where`, not a product: a padded position whose logits give an
+            # infinite loss must not turn the sum into NaN.
+            total = ops.sum(ops.where(real, loss * weight, 0.0))
+            count = sum_over_replicas(ops.sum(weight))
+            # The count depends on labels and weights only (no gradient):
+            # dividing by 1 when it is 0 keeps the loss and its gradient 0.
+            safe = ops.where(ops.greater(count, 0.0), count, 1.0)
+            return ops.divide(total, safe)
+
+    def call(self, y_true, y_pred):
+        """Per-position cross-entropy `(batch, t)`: NaN where the label is
+        outside `[0, vocab)`, padding included (masked in `__call__`)."""
+        labels = ops.cast(y_true, "int32")
+        vocab = y_pred.shape[-1]
+        in_range = ops.logical_and(
+            ops.greater_equal(labels, 0), ops.less(labels, vocab)
+        )
+        safe = ops.where(in_range, labels, 0)
+        log_probs = ops.log_softmax(y_pred, axis=-1)
+        picked = ops.take_along_axis(log_probs, safe[..., None], axis=-1)
+        loss = -ops.squeeze(picked, axis=-1)
+        return ops.where(in_range, loss, float("nan"))
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self._dtype_policy.name}
+
+
+masked_loss = MaskedLoss()
+# `.keras` files saved when `masked_loss` was a registered function name it
+# "kmodels>masked_loss": they load with the instance.
+keras.saving.get_custom_objects()["kmodels>masked_loss"] = masked_loss
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
 def masked_acc(y_true, y_pred):
     """Share of non-padding positions whose argmax logit is the label.
 
-    Inside a `tf.distribute` step with several replicas, hits and positions
-    are counted over all replicas, so every replica reports the accuracy of
-    the global batch.
+    0 for a batch without real tokens (all padding), never NaN. Inside a
+    `tf.distribute` step with several replicas, hits and positions are
+    counted over all replicas, so every replica reports the accuracy of the
+    global batch.
+
+    As a compiled metric (`metrics=[masked_acc]`), Keras averages the value
+    of each batch over the epoch with equal weights per batch (not per
+    token), an all-padding batch counting as accuracy 0; it ignores
+    `sample_weight`. Under `weighted_metrics=` Keras would multiply this
+    batch value by the weights, which is not a per-example weighting: use
+    `metrics=`.
 
     Args:
         y_true: int `(batch, t)`; 0 is padding and is excluded.
@@ -118,11 +258,13 @@ def masked_acc(y_true, y_pred):
     >>> float(masked_acc(np.array([[2, 1, 0]]), y_pred))
     0.5
     """
+    _check_logits("masked_acc", y_pred)
     _check_shapes("masked_acc", y_true, y_pred)
     labels = _labels(y_true)
     predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
     mask = ops.not_equal(labels, PAD_ID)
     hits = ops.logical_and(ops.equal(predicted, labels), mask)
-    return sum_over_replicas(
-        ops.sum(ops.cast(hits, "float32"))
-    ) / sum_over_replicas(ops.sum(ops.cast(mask, "float32")))
+    count = sum_over_replicas(ops.sum(ops.cast(mask, "float32")))
+    return sum_over_replicas(ops.sum(ops.cast(hits, "float32"))) / ops.maximum(
+        count, 1.0
+    )

@@ -14,6 +14,9 @@ import unicodedata
 import keras
 import numpy as np
 
+from kmodels.arguments import check_bool
+from kmodels.arguments import check_int
+
 PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
 # Between a digit and a letter: "3rd" -> "3 rd" with `split_digits=True`.
@@ -73,11 +76,13 @@ class TextProcessor:
     `"   "`, `"日本"`) raises a `ValueError` naming its index, since there is
     nothing to translate; `adapt` skips such texts.
 
+    Arguments are checked at construction: a bad one raises a
+    `ValueError` naming it (`max_length=2.5`, `keep_digits="False"`).
+
     Args:
-        max_length: int. Ids per row, `[START]` and `[END]` included
-            (at least 3).
-        punctuation: str. Characters kept as tokens of their own. The
-            tutorial's set `".?!,¿"` by default.
+        max_length: int >= 3. Ids per row, `[START]` and `[END]` included.
+        punctuation: str without whitespace. Characters kept as tokens of
+            their own. The tutorial's set `".?!,¿"` by default.
         keep_digits: bool. Keep `0-9` (the tutorial drops them).
         split_digits: bool. Make a run of digits and a run of letters
             separate tokens (`"3rd"` -> `3 rd`), so a number is the same
@@ -110,20 +115,30 @@ class TextProcessor:
         split_digits=False,
         vocabulary=None,
     ):
-        if int(max_length) != max_length or max_length < 3:
+        owner = "TextProcessor"
+        # [START], [END] and at least one word.
+        max_length = check_int(max_length, "max_length", owner, 3)
+        if not isinstance(punctuation, str) or any(
+            c.isspace() for c in punctuation
+        ):
             raise ValueError(
-                "`max_length` counts [START] and [END] and must be an int "
-                f">= 3; got {max_length!r}."
+                f"{owner}: `punctuation` must be a str without whitespace; "
+                f"got {punctuation!r} ({type(punctuation).__name__})."
             )
-        if any(c.isspace() for c in punctuation):
+        keep_digits = check_bool(keep_digits, "keep_digits", owner)
+        split_digits = check_bool(split_digits, "split_digits", owner)
+        if vocabulary is not None and (
+            isinstance(vocabulary, (str, bytes))
+            or not isinstance(vocabulary, (list, tuple, np.ndarray))
+        ):
             raise ValueError(
-                f"`punctuation` may not contain whitespace; got "
-                f"{punctuation!r}."
+                f"{owner}: `vocabulary` must be a list of str or None; got "
+                f"{type(vocabulary).__name__}."
             )
-        self.max_length = int(max_length)
-        self.punctuation = str(punctuation)
-        self.keep_digits = bool(keep_digits)
-        self.split_digits = bool(split_digits)
+        self.max_length = max_length
+        self.punctuation = punctuation
+        self.keep_digits = keep_digits
+        self.split_digits = split_digits
         kept = "a-z" + ("0-9" if self.keep_digits else "")
         punct = re.escape(self.punctuation) if self.punctuation else ""
         self._drop = re.compile(f"[^ {kept}{punct}]")

@@ -6,8 +6,14 @@ import os
 import keras
 import numpy as np
 
+from kmodels.saving.atomic import check_built
+from kmodels.saving.atomic import write_atomically
+from kmodels.saving.portable_optimizer import load_model
 from kmodels.seq2seq.text import TextProcessor
 from kmodels.seq2seq.translator import Translator
+
+# A saved bundle's folder holds exactly these.
+_BUNDLE_FILES = ("translator.keras", "text.json")
 
 
 def _check_pairing(translator, context_processor, target_processor):
@@ -151,24 +157,61 @@ class TextTranslator:
     __call__ = translate
 
     def save(self, path):
-        """Writes `path/translator.keras` and `path/text.json`."""
-        os.makedirs(path, exist_ok=True)
-        self.translator.save(os.path.join(path, "translator.keras"))
+        """Writes the bundle to folder `path`: `translator.keras` and
+        `text.json`, all or nothing.
+
+        The bundle is written to a hidden folder beside `path`, then swapped
+        in (the old folder renamed aside, the new one renamed in, the old
+        one deleted; restored if the swap fails): whatever fails, `path`
+        holds either the previous bundle, byte-identical, or the new one,
+        never a mix.
+
+        Args:
+            path: str or path-like, a folder (created if missing, with its
+                parents).
+
+        Raises:
+            ValueError: the translator was never called or built (it has no
+                weights yet), or `path` is a file or a folder holding other
+                files than a bundle's (the save replaces the whole folder).
+                Nothing is written.
+        """
+        check_built(self.translator, "TextTranslator.save")
+        path = os.fspath(path)
+        if os.path.lexists(path):
+            if not os.path.isdir(path):
+                raise ValueError(
+                    f"TextTranslator.save expects a folder path; {path!r} is "
+                    "a file."
+                )
+            others = sorted(set(os.listdir(path)) - set(_BUNDLE_FILES))
+            if others:
+                raise ValueError(
+                    f"TextTranslator.save replaces the whole folder {path!r},"
+                    f" which holds other files than a bundle's: {others[:5]}."
+                    " Save to a new or empty folder."
+                )
         config = {
             "context_processor": self.context_processor.get_config(),
             "target_processor": self.target_processor.get_config(),
             "separator": self.separator,
         }
-        with open(os.path.join(path, "text.json"), "w") as f:
-            json.dump(config, f, ensure_ascii=False, indent=1)
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+
+        def write(staged):
+            os.mkdir(staged)
+            self.translator.save(os.path.join(staged, _BUNDLE_FILES[0]))
+            with open(os.path.join(staged, _BUNDLE_FILES[1]), "w") as f:
+                json.dump(config, f, ensure_ascii=False, indent=1)
+
+        write_atomically(path, write)
 
     @classmethod
     def load(cls, path):
         """The `TextTranslator` saved in folder `path`."""
-        translator = keras.saving.load_model(
-            os.path.join(path, "translator.keras")
-        )
-        with open(os.path.join(path, "text.json")) as f:
+        translator = load_model(os.path.join(path, _BUNDLE_FILES[0]))
+        with open(os.path.join(path, _BUNDLE_FILES[1])) as f:
             config = json.load(f)
         return cls(
             translator,

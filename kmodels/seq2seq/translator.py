@@ -12,46 +12,41 @@ recompiles and behaves the same on all three.
 """
 
 import keras
-import numpy as np
 from keras import ops
 
+from kmodels.arguments import check_bool
+from kmodels.arguments import check_int
+from kmodels.arguments import check_optional_int
 from kmodels.backend.compiled import compile_reader
+from kmodels.contracts.checks import check_ids
+from kmodels.contracts.checks import check_translator_inputs
+from kmodels.contracts.checks import checked
+from kmodels.contracts.checks import guarded_call
+from kmodels.contracts.hook import ContractModel
+from kmodels.saving.atomic import save_model
+from kmodels.saving.portable_optimizer import portable_compile_config
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import padding_mask
 
 
-def check_token_range(tokens, vocabulary_size, name="context_tokens"):
-    """Returns `tokens` as an int32 NumPy array `(batch, s)`, or raises a
-    `ValueError` naming the allowed range and the values received.
+def check_token_range(
+    tokens, vocabulary_size, name="context_tokens", owner="Translator"
+):
+    """Returns `tokens` as an int32 NumPy array `(batch, s)`, or raises
+    the contract's error (`kmodels.contracts.check_ids`): a `TypeError` for
+    a non-numeric dtype, a `ValueError` naming the allowed range and the
+    values received otherwise (wrong rank, empty, fractional, out of
+    range).
 
     Keras' `Embedding` returns NaN for an out-of-range id on JAX (and raises
     on the other backends), so ids are checked eagerly, before any compiled
     step."""
-    array = np.asarray(ops.convert_to_numpy(tokens))
-    if array.ndim != 2:
-        raise ValueError(
-            f"{name} must be a 2-D array of token ids (batch, s); got shape "
-            f"{array.shape}"
-        )
-    if not np.issubdtype(array.dtype, np.integer):
-        rounded = np.round(array)
-        if not np.all(rounded == array):
-            raise ValueError(
-                f"{name} must hold integer token ids; got dtype {array.dtype}"
-            )
-    if array.size and (array.min() < 0 or array.max() >= vocabulary_size):
-        bad = array[(array < 0) | (array >= vocabulary_size)]
-        raise ValueError(
-            f"{name} must lie in [0, {vocabulary_size}) (vocabulary_size="
-            f"{vocabulary_size}); got values {sorted(set(bad.tolist()))[:5]}"
-            f" (min {array.min()}, max {array.max()})"
-        )
-    return array.astype("int32")
+    return check_ids(tokens, name, owner, vocabulary_size).astype("int32")
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Translator(keras.Model):
+class Translator(ContractModel, keras.Model):
     """Attention-based sequence-to-sequence model returning logits.
 
     An `Encoder` over the context ids and a `Decoder` over the (shifted)
@@ -72,13 +67,22 @@ class Translator(keras.Model):
     `encoder=`; set `encoder.trainable = False` (then compile) to freeze it.
     The sizes may then be left as `None` and are read from the encoder.
 
+    Every argument is checked at construction, before any layer is made:
+    a bad one raises a `ValueError` naming it, what was expected and what
+    arrived (`2.5`, `"8"`, `True` are not sizes; NumPy ints are accepted
+    and stored as Python ints).
+
     Args:
-        context_vocabulary_size: int. Ids of the source side.
-        target_vocabulary_size: int. Ids of the target side (logits width).
-        units: int. Size of every layer.
-        start_id: int. Id fed to the decoder first in `generate`.
-        end_id: int. Id that ends a generated sequence.
-        encoder: optional `Encoder` to use instead of a new one.
+        context_vocabulary_size: int >= 1. Ids of the source side.
+        target_vocabulary_size: int >= 3. Ids of the target side (logits
+            width); padding (0), `start_id` and `end_id` are three of them.
+        units: int >= 1. Size of every layer.
+        start_id: int in `[1, target_vocabulary_size)`. Id fed to the
+            decoder first in `generate`.
+        end_id: int in `[1, target_vocabulary_size)`, not `start_id`. Id
+            that ends a generated sequence.
+        encoder: optional `Encoder` (or its config) to use instead of a new
+            one.
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -108,14 +112,31 @@ class Translator(keras.Model):
         encoder=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        # Every argument is checked before anything is built.
+        owner = "Translator"
+        context_vocabulary_size = check_optional_int(
+            context_vocabulary_size, "context_vocabulary_size", owner
+        )
+        # Padding (0), `start_id` and `end_id` need three distinct ids.
+        target_vocabulary_size = check_int(
+            target_vocabulary_size, "target_vocabulary_size", owner, 3
+        )
+        units = check_optional_int(units, "units", owner)
+        last_id = target_vocabulary_size - 1
+        start_id = check_int(start_id, "start_id", owner, 1, last_id)
+        end_id = check_int(end_id, "end_id", owner, 1, last_id)
+        if start_id == end_id:
+            raise ValueError(
+                f"{owner}: `start_id` and `end_id` must differ; got "
+                f"{start_id} for both."
+            )
         if isinstance(encoder, dict):
             encoder = keras.saving.deserialize_keras_object(encoder)
         if encoder is not None:
             if not isinstance(encoder, Encoder):
                 raise ValueError(
-                    "encoder must be a kmodels.seq2seq.Encoder; got "
-                    f"{type(encoder).__name__}"
+                    f"{owner}: `encoder` must be a kmodels.seq2seq.Encoder "
+                    f"(or its config) or None; got {type(encoder).__name__}."
                 )
             for arg, value, expected in (
                 (
@@ -125,30 +146,25 @@ class Translator(keras.Model):
                 ),
                 ("units", units, encoder.units),
             ):
-                if value is not None and int(value) != expected:
+                if value is not None and value != expected:
                     raise ValueError(
-                        f"{arg}={value} does not match the encoder's {expected}"
+                        f"{owner}: {arg}={value} does not match the "
+                        f"encoder's {expected}."
                     )
             context_vocabulary_size = encoder.vocabulary_size
             units = encoder.units
-        if None in (context_vocabulary_size, target_vocabulary_size, units):
+        elif context_vocabulary_size is None or units is None:
             raise ValueError(
-                "Translator needs context_vocabulary_size, "
-                "target_vocabulary_size and units (or an encoder); got "
-                f"{context_vocabulary_size}, {target_vocabulary_size}, "
-                f"{units}"
+                f"{owner}: `context_vocabulary_size` and `units` are "
+                "required when no `encoder` is given; got "
+                f"{context_vocabulary_size!r} and {units!r}."
             )
-        self.context_vocabulary_size = int(context_vocabulary_size)
-        self.target_vocabulary_size = int(target_vocabulary_size)
-        self.units = int(units)
-        self.start_id = int(start_id)
-        self.end_id = int(end_id)
-        for name, value in (("start_id", start_id), ("end_id", end_id)):
-            if not 0 < int(value) < self.target_vocabulary_size:
-                raise ValueError(
-                    f"{name} must lie in [1, {self.target_vocabulary_size});"
-                    f" got {value}"
-                )
+        super().__init__(**kwargs)
+        self.context_vocabulary_size = context_vocabulary_size
+        self.target_vocabulary_size = target_vocabulary_size
+        self.units = units
+        self.start_id = start_id
+        self.end_id = end_id
         self.encoder = encoder or Encoder(
             self.context_vocabulary_size, self.units, name="encoder"
         )
@@ -170,6 +186,11 @@ class Translator(keras.Model):
             self.trainable = False
         self.built = True
 
+    def __call__(self, *args, **kwargs):
+        # Concrete inputs are checked before Keras converts them (JAX casts
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
+        return guarded_call(self, super().__call__, args, kwargs)
+
     def call(self, inputs, training=None):
         context_tokens, target_in = inputs
         context = self.encoder(context_tokens, training=training)
@@ -182,6 +203,16 @@ class Translator(keras.Model):
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[1]) + (self.target_vocabulary_size,)
+
+    def check_batch(self, x, y=None, training=False):
+        """Checks a batch (or all the data) of `fit` / `evaluate` /
+        `predict` / `*_on_batch` against the model's input contract, before
+        any compiled step: `x = (context_tokens, target_in)` ids in
+        `[0, context_vocabulary_size)` and `[0, target_vocabulary_size)`,
+        2-D, non-empty, the same batch size; `y` (`target_out`, optional)
+        ids in `[0, target_vocabulary_size)` of `target_in`'s shape. Raises
+        the `TypeError` / `ValueError` of `kmodels.contracts`."""
+        check_translator_inputs(self, x, y)
 
     def generate(
         self, context_tokens, max_length=50, temperature=0.0, seed=None
@@ -208,7 +239,11 @@ class Translator(keras.Model):
             `(ids, attention)`: int32 `(batch, max_length)` and float
             `(batch, max_length, s)`.
         """
-        tokens = check_token_range(context_tokens, self.context_vocabulary_size)
+        tokens = check_token_range(
+            context_tokens,
+            self.context_vocabulary_size,
+            owner="Translator.generate",
+        )
         max_length = int(max_length)
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1; got {max_length}")
@@ -233,11 +268,14 @@ class Translator(keras.Model):
                 )
 
             self._generators[key] = compile_reader(loop, self.variables)
-        return self._generators[key](
-            ops.convert_to_tensor(tokens, "int32"),
-            uniforms,
-            ops.convert_to_tensor(temperature if sample else 1.0, "float32"),
-        )
+        with checked():
+            return self._generators[key](
+                ops.convert_to_tensor(tokens, "int32"),
+                uniforms,
+                ops.convert_to_tensor(
+                    temperature if sample else 1.0, "float32"
+                ),
+            )
 
     def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
         context = self.encoder(tokens)
@@ -306,9 +344,14 @@ class Translator(keras.Model):
         the same configuration (its moments restart from zero).
 
         Args:
-            trainable: bool.
+            trainable: `True` or `False` (a NumPy bool too); anything else
+                (`"False"`, `0`, `None`) raises a `ValueError` and changes
+                nothing.
         """
-        self.encoder.trainable = bool(trainable)
+        trainable = check_bool(
+            trainable, "trainable", "Translator.set_encoder_trainable"
+        )
+        self.encoder.trainable = trainable
         if self.compiled:
             self.compile_from_config(self.get_compile_config())
 
@@ -325,3 +368,28 @@ class Translator(keras.Model):
             }
         )
         return config
+
+    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
+        """Saves the model as a `.keras` file, atomically.
+
+        As `keras.Model.save`, but the file is written beside `filepath`
+        and moved into place only when complete: a failed save leaves the
+        previous file byte-identical (see `kmodels.saving.save_model`).
+
+        Raises:
+            ValueError: the model was never called or built (it has no
+                weights yet); nothing is written.
+        """
+        return save_model(
+            self, filepath, overwrite=overwrite, zipped=zipped, **kwargs
+        )
+
+    def get_compile_config(self):
+        # Records `keras.optimizers.Adam`, not torch's own Adam class, so
+        # the file resumes training on every backend.
+        return portable_compile_config(super().get_compile_config())
+
+    def compile_from_config(self, config):
+        # Files saved on torch before (or by plain Keras) record torch's
+        # optimizer class: rebuild the portable one instead.
+        super().compile_from_config(portable_compile_config(config))

@@ -1,0 +1,148 @@
+"""Validation of constructor arguments, with the same message everywhere.
+
+Keras layers cast their size arguments with `int()`, so `units=2.5` becomes 2
+and `units="8"` becomes 8 without a word, and a zero size fails later with a
+message about Keras' own argument names (`output_dim`, `input_dim`). kmodels
+checks its arguments at construction and names them as the user wrote them:
+
+>>> from kmodels.arguments import check_int
+>>> check_int(8, "units", "Encoder")
+8
+>>> check_int(2.5, "units", "Encoder")
+Traceback (most recent call last):
+...
+ValueError: Encoder: `units` must be an integer >= 1; got 2.5 (float).
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+
+def _describe(value):
+    return f"{value!r} ({type(value).__name__})"
+
+
+def check_int(value, name, owner, minimum=1, maximum=None):
+    """Returns `value` as a Python int, or raises a `ValueError`.
+
+    Python and NumPy integers are accepted; bools, floats (even `8.0`),
+    strings and everything else are refused, as are values outside
+    `[minimum, maximum]` (either bound may be `None`).
+
+    Args:
+        value: the argument as passed.
+        name: the argument's name, e.g. `"units"`.
+        owner: who takes it, e.g. `"Encoder"`.
+        minimum: smallest allowed value, or `None`.
+        maximum: largest allowed value, or `None`.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Integral, np.integer)
+    ):
+        ok = False
+    else:
+        value = int(value)
+        ok = (minimum is None or value >= minimum) and (
+            maximum is None or value <= maximum
+        )
+    if not ok:
+        raise ValueError(
+            f"{owner}: `{name}` must be an integer{_bounds(minimum, maximum)}"
+            f"; got {_describe(value)}."
+        )
+    return value
+
+
+def check_optional_int(value, name, owner, minimum=1, maximum=None):
+    """`None`, or `check_int(value, ...)`."""
+    if value is None:
+        return None
+    return check_int(value, name, owner, minimum, maximum)
+
+
+def check_float(
+    value, name, owner, minimum=None, maximum=None, exclusive_minimum=False
+):
+    """Returns `value` as a finite Python float, or raises a `ValueError`.
+
+    Python and NumPy real numbers are accepted; bools, strings, NaN and
+    infinities are refused, as are values below `minimum` (or equal to it
+    when `exclusive_minimum`) or above `maximum`.
+    """
+    ok = not isinstance(value, (bool, np.bool_)) and isinstance(
+        value, (numbers.Real, np.floating, np.integer)
+    )
+    if ok:
+        number = float(value)
+        ok = math.isfinite(number)
+        if ok and minimum is not None:
+            ok = number > minimum if exclusive_minimum else number >= minimum
+        if ok and maximum is not None:
+            ok = number <= maximum
+    if not ok:
+        low = ""
+        if minimum is not None:
+            low = f" {'>' if exclusive_minimum else '>='} {minimum}"
+        high = "" if maximum is None else f" and <= {maximum}"
+        if low and high:
+            text = f"{low}{high}"
+        else:
+            text = f"{low}{high.replace(' and', '')}"
+        raise ValueError(
+            f"{owner}: `{name}` must be a finite number{text}; got "
+            f"{_describe(value)}."
+        )
+    return number
+
+
+def check_bool(value, name, owner):
+    """Returns `value` as a Python bool; only `True`/`False` (and NumPy
+    bools) are accepted: `"False"` or `0` would silently mean the opposite
+    or something else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(
+            f"{owner}: `{name}` must be True or False; got {_describe(value)}."
+        )
+    return bool(value)
+
+
+def check_choice(value, name, owner, choices):
+    """Returns `value` when it is one of `choices`, else raises."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(
+            f"{owner}: `{name}` must be one of {tuple(choices)}; got "
+            f"{_describe(value)}."
+        )
+    return value
+
+
+def check_rate(value, name, owner):
+    """Returns a dropout-like rate as a Python float in `[0, 1)`, or raises.
+
+    A rate of 1 drops everything (Keras then scales by `1 / 0`), so it is
+    refused like a negative, non-finite or non-numeric value.
+    """
+    ok = not isinstance(value, (bool, np.bool_)) and isinstance(
+        value, (numbers.Real, np.floating, np.integer)
+    )
+    if ok:
+        number = float(value)
+        ok = 0.0 <= number < 1.0
+    if not ok:
+        raise ValueError(
+            f"{owner}: `{name}` must be a number in [0, 1); got "
+            f"{_describe(value)}."
+        )
+    return number
+
+
+def _bounds(minimum, maximum):
+    if minimum is not None and maximum is not None:
+        return f" in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f" >= {minimum}"
+    if maximum is not None:
+        return f" <= {maximum}"
+    return ""
