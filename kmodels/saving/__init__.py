@@ -12,8 +12,10 @@ from kmodels.saving.atomic import save_model
 from kmodels.saving.atomic import write_atomically
 from kmodels.saving.portable_optimizer import load_model
 from kmodels.saving.portable_optimizer import portable_compile_config
+from kmodels.saving.saving_model import SavingModel
 
 __all__ = [
+    "SavingModel",
     "check_built",
     "load_model",
     "portable_compile_config",

@@ -7,14 +7,13 @@ from kmodels.arguments import check_optional_int
 from kmodels.contracts.checks import check_autoencoder_batch
 from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
-from kmodels.saving.atomic import save_model
-from kmodels.saving.portable_optimizer import portable_compile_config
+from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import without_mask
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Autoencoder(ContractModel, keras.Model):
+class Autoencoder(ContractModel, SavingModel, keras.Model):
     """An `Encoder` plus `Dense(vocabulary_size)`: logits for the input ids.
 
     Trained with `masked_loss(tokens, model(tokens))`, it pretrains the
@@ -124,28 +123,3 @@ class Autoencoder(ContractModel, keras.Model):
             }
         )
         return config
-
-    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
-        """Saves the model as a `.keras` file, atomically.
-
-        As `keras.Model.save`, but the file is written beside `filepath`
-        and moved into place only when complete: a failed save leaves the
-        previous file byte-identical (see `kmodels.saving.save_model`).
-
-        Raises:
-            ValueError: the model was never called or built (it has no
-                weights yet); nothing is written.
-        """
-        return save_model(
-            self, filepath, overwrite=overwrite, zipped=zipped, **kwargs
-        )
-
-    def get_compile_config(self):
-        # Records `keras.optimizers.Adam`, not torch's own Adam class, so
-        # the file resumes training on every backend.
-        return portable_compile_config(super().get_compile_config())
-
-    def compile_from_config(self, config):
-        # Files saved on torch before (or by plain Keras) record torch's
-        # optimizer class: rebuild the portable one instead.
-        super().compile_from_config(portable_compile_config(config))

@@ -23,8 +23,7 @@ from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.checks import checked
 from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
-from kmodels.saving.atomic import save_model
-from kmodels.saving.portable_optimizer import portable_compile_config
+from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import padding_mask
@@ -46,7 +45,7 @@ def check_token_range(
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Translator(ContractModel, keras.Model):
+class Translator(ContractModel, SavingModel, keras.Model):
     """Attention-based sequence-to-sequence model returning logits.
 
     An `Encoder` over the context ids and a `Decoder` over the (shifted)
@@ -368,28 +367,3 @@ class Translator(ContractModel, keras.Model):
             }
         )
         return config
-
-    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
-        """Saves the model as a `.keras` file, atomically.
-
-        As `keras.Model.save`, but the file is written beside `filepath`
-        and moved into place only when complete: a failed save leaves the
-        previous file byte-identical (see `kmodels.saving.save_model`).
-
-        Raises:
-            ValueError: the model was never called or built (it has no
-                weights yet); nothing is written.
-        """
-        return save_model(
-            self, filepath, overwrite=overwrite, zipped=zipped, **kwargs
-        )
-
-    def get_compile_config(self):
-        # Records `keras.optimizers.Adam`, not torch's own Adam class, so
-        # the file resumes training on every backend.
-        return portable_compile_config(super().get_compile_config())
-
-    def compile_from_config(self, config):
-        # Files saved on torch before (or by plain Keras) record torch's
-        # optimizer class: rebuild the portable one instead.
-        super().compile_from_config(portable_compile_config(config))
