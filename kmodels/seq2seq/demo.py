@@ -16,6 +16,7 @@ version (seconds, no accuracy target) for tests.
 """
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -111,6 +112,19 @@ def _fit(model, x, y, seconds, epochs, batch_size, learning_rate, clock):
     return elapsed, len(logs["loss"]), logs
 
 
+@contextlib.contextmanager
+def _dtype_policy(name):
+    """Keras' global dtype policy `name` (`None`: unchanged) inside the
+    block; the previous one afterwards."""
+    previous = keras.config.dtype_policy()
+    if name is not None:
+        keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 def save_attention_heatmap(path, source_tokens, output_tokens, attention):
     """Writes the attention of one translation as a PNG heat map.
 
@@ -160,196 +174,161 @@ def run(
     `dtype_policy` (e.g. `"mixed_bfloat16"`) is the global Keras dtype
     policy while the models are built, trained and used; the previous
     policy is restored on return."""
-    previous = keras.config.dtype_policy()
-    if dtype_policy is not None:
-        keras.config.set_dtype_policy(dtype_policy)
-    try:
-        return _run(
-            train,
-            test,
-            units,
-            batch_size,
-            seconds,
-            pretrain_share,
+    with _dtype_policy(dtype_policy):
+        say = (lambda *a: None) if quiet else print
+        # "cpu": the budget counts this process' CPU seconds, a fair measure on
+        # a machine shared with other jobs (for single-threaded torch it is the
+        # wall time an idle machine would take).
+        clock_name = clock
+        clock = {"wall": time.perf_counter, "cpu": time.process_time}[clock]
+        keras.utils.set_random_seed(seed)
+        (train_src, train_tgt), (test_src, test_tgt) = date_split(
+            train, test, seed=seed
+        )
+        # 8 source tokens at most ("[START] wednesday , march 3 , 2021 [END]",
+        # "[START] the 3 rd of march 2021 [END]"); ISO targets are 7 tokens.
+        source = TextProcessor(8, **DATE_TEXT)
+        target = TextProcessor(7, **DATE_TEXT)
+        source.adapt(train_src)
+        target.adapt(train_tgt)
+        x = source(train_src)
+        y = target(train_tgt)
+        y_in, y_out = y[:, :-1], y[:, 1:]
+        say(
+            f"backend {keras.backend.backend()}: {train} training pairs, "
+            f"{test} held out; vocabularies {source.vocabulary_size} -> "
+            f"{target.vocabulary_size}; units {units}; dtype policy "
+            f"{keras.config.dtype_policy().name}"
+        )
+
+        # 1. Pretrain the encoder as an autoencoder: input = target.
+        autoencoder = Autoencoder(source.vocabulary_size, units)
+        autoencoder.compile(
+            optimizer=keras.optimizers.Adam(learning_rate),
+            loss=masked_loss,
+            metrics=[masked_acc],
+        )
+        pre_seconds, pre_epochs, pre_logs = _fit(
+            autoencoder,
+            x,
+            x,
+            seconds * pretrain_share,
             pretrain_epochs,
-            epochs,
+            batch_size,
             learning_rate,
-            out=out,
-            seed=seed,
-            quiet=quiet,
-            clock=clock,
+            clock,
         )
-    finally:
-        keras.config.set_dtype_policy(previous)
-
-
-def _run(
-    train,
-    test,
-    units,
-    batch_size,
-    seconds,
-    pretrain_share,
-    pretrain_epochs,
-    epochs,
-    learning_rate,
-    out,
-    seed,
-    quiet,
-    clock,
-):
-    say = (lambda *a: None) if quiet else print
-    # "cpu": the budget counts this process' CPU seconds, a fair measure on
-    # a machine shared with other jobs (for single-threaded torch it is the
-    # wall time an idle machine would take).
-    clock_name = clock
-    clock = {"wall": time.perf_counter, "cpu": time.process_time}[clock]
-    keras.utils.set_random_seed(seed)
-    (train_src, train_tgt), (test_src, test_tgt) = date_split(
-        train, test, seed=seed
-    )
-    # 8 source tokens at most ("[START] wednesday , march 3 , 2021 [END]",
-    # "[START] the 3 rd of march 2021 [END]"); ISO targets are 7 tokens.
-    source = TextProcessor(8, **DATE_TEXT)
-    target = TextProcessor(7, **DATE_TEXT)
-    source.adapt(train_src)
-    target.adapt(train_tgt)
-    x = source(train_src)
-    y = target(train_tgt)
-    y_in, y_out = y[:, :-1], y[:, 1:]
-    say(
-        f"backend {keras.backend.backend()}: {train} training pairs, "
-        f"{test} held out; vocabularies {source.vocabulary_size} -> "
-        f"{target.vocabulary_size}; units {units}; dtype policy "
-        f"{keras.config.dtype_policy().name}"
-    )
-
-    # 1. Pretrain the encoder as an autoencoder: input = target.
-    autoencoder = Autoencoder(source.vocabulary_size, units)
-    autoencoder.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss=masked_loss,
-        metrics=[masked_acc],
-    )
-    pre_seconds, pre_epochs, pre_logs = _fit(
-        autoencoder,
-        x,
-        x,
-        seconds * pretrain_share,
-        pretrain_epochs,
-        batch_size,
-        learning_rate,
-        clock,
-    )
-    say(
-        f"autoencoder: {pre_epochs} epochs in {pre_seconds:.1f} s, "
-        f"masked_acc {pre_logs['masked_acc'][-1]:.4f}"
-    )
-
-    # 2. Freeze it and train the decoder around it.
-    encoder = autoencoder.encoder
-    encoder.trainable = False
-    frozen = [keras.ops.convert_to_numpy(w) for w in encoder.weights]
-    translator = Translator(
-        target_vocabulary_size=target.vocabulary_size,
-        encoder=encoder,
-        start_id=target.start_id,
-        end_id=target.end_id,
-    )
-    translator.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss=masked_loss,
-        metrics=[masked_acc],
-    )
-    fit_seconds, fit_epochs, fit_logs = _fit(
-        translator,
-        (x, y_in),
-        y_out,
-        # A margin for what fit does outside the callback's clock (setup,
-        # the last epoch's end): measured up to ~3 s on a loaded machine.
-        max(seconds - pre_seconds - 3.0, 1.0),
-        epochs,
-        batch_size,
-        learning_rate,
-        clock,
-    )
-    encoder_unchanged = all(
-        np.array_equal(a, keras.ops.convert_to_numpy(w))
-        for a, w in zip(frozen, encoder.weights)
-    )
-    say(
-        f"translator (encoder frozen): {fit_epochs} epochs in "
-        f"{fit_seconds:.1f} s, masked_acc {fit_logs['masked_acc'][-1]:.4f}; "
-        f"encoder weights unchanged: {encoder_unchanged}"
-    )
-
-    # 3. Translate held-out dates.
-    bundle = TextTranslator(translator, source, target, separator="")
-    start = time.perf_counter()
-    # Tokens joined by spaces first (they label the heat map), then as the
-    # bundle's separator ("") joins them: "2021 - 03 - 03" -> "2021-03-03".
-    spaced, attention = bundle.translate(
-        test_src, separator=" ", return_attention=True
-    )
-    translate_seconds = time.perf_counter() - start
-    predictions = [p.replace(" ", "") for p in spaced]
-    correct = [p == t for p, t in zip(predictions, test_tgt)]
-    accuracy = float(np.mean(correct))
-    examples = list(zip(test_src, predictions, test_tgt))
-    for src, pred, tgt in examples[:8]:
-        mark = "ok " if pred == tgt else "BAD"
-        say(f"  {mark} {src!r:36} -> {pred!r:14} (expected {tgt!r})")
-    errors = [e for e, ok in zip(examples, correct) if not ok]
-    for src, pred, tgt in errors[:4]:
-        say(f"  error: {src!r} -> {pred!r} (expected {tgt!r})")
-    say(
-        f"exact match on {test} held-out dates: {accuracy:.4f} "
-        f"({sum(correct)}/{test}); training {pre_seconds + fit_seconds:.1f} s "
-        f"({clock_name} clock)"
-        f"; translating {translate_seconds:.2f} s"
-    )
-
-    result = {
-        "backend": keras.backend.backend(),
-        "dtype_policy": keras.config.dtype_policy().name,
-        "accuracy": accuracy,
-        "held_out": test,
-        "train_pairs": train,
-        "units": units,
-        "clock": clock_name,
-        "pretrain_seconds": pre_seconds,
-        "pretrain_epochs": pre_epochs,
-        "pretrain_masked_acc": pre_logs["masked_acc"][-1],
-        "train_seconds": fit_seconds,
-        "train_epochs": fit_epochs,
-        "train_masked_acc": fit_logs["masked_acc"][-1],
-        "train_history": fit_logs,
-        "total_train_seconds": pre_seconds + fit_seconds,
-        "translate_seconds": translate_seconds,
-        "encoder_unchanged": encoder_unchanged,
-        "examples": examples[:8],
-        "errors": errors,
-        "heatmap": None,
-    }
-
-    # 4. Attention heat map of the first held-out example.
-    if out is not None:
-        os.makedirs(out, exist_ok=True)
-        path = os.path.join(out, "attention.png")
-        # The first held-out example, from the batch translated above (one
-        # compiled generation, no retrace for a batch of one).
-        src_tokens = source.tokenize(test_src[0])
-        out_tokens = spaced[0].split()
-        length = len(out_tokens)
-        save_attention_heatmap(
-            path,
-            src_tokens,
-            out_tokens,
-            attention[0, :length, : len(src_tokens)],
+        say(
+            f"autoencoder: {pre_epochs} epochs in {pre_seconds:.1f} s, "
+            f"masked_acc {pre_logs['masked_acc'][-1]:.4f}"
         )
-        result["heatmap"] = path
-        say(f"attention heat map: {path}")
-    return result
+
+        # 2. Freeze it and train the decoder around it.
+        encoder = autoencoder.encoder
+        encoder.trainable = False
+        frozen = [keras.ops.convert_to_numpy(w) for w in encoder.weights]
+        translator = Translator(
+            target_vocabulary_size=target.vocabulary_size,
+            encoder=encoder,
+            start_id=target.start_id,
+            end_id=target.end_id,
+        )
+        translator.compile(
+            optimizer=keras.optimizers.Adam(learning_rate),
+            loss=masked_loss,
+            metrics=[masked_acc],
+        )
+        fit_seconds, fit_epochs, fit_logs = _fit(
+            translator,
+            (x, y_in),
+            y_out,
+            # A margin for what fit does outside the callback's clock (setup,
+            # the last epoch's end): measured up to ~3 s on a loaded machine.
+            max(seconds - pre_seconds - 3.0, 1.0),
+            epochs,
+            batch_size,
+            learning_rate,
+            clock,
+        )
+        encoder_unchanged = all(
+            np.array_equal(a, keras.ops.convert_to_numpy(w))
+            for a, w in zip(frozen, encoder.weights)
+        )
+        say(
+            f"translator (encoder frozen): {fit_epochs} epochs in "
+            f"{fit_seconds:.1f} s, masked_acc "
+            f"{fit_logs['masked_acc'][-1]:.4f}; "
+            f"encoder weights unchanged: {encoder_unchanged}"
+        )
+
+        # 3. Translate held-out dates.
+        bundle = TextTranslator(translator, source, target, separator="")
+        start = time.perf_counter()
+        # Tokens joined by spaces first (they label the heat map), then as the
+        # bundle's separator ("") joins them: "2021 - 03 - 03" -> "2021-03-03".
+        spaced, attention = bundle.translate(
+            test_src, separator=" ", return_attention=True
+        )
+        translate_seconds = time.perf_counter() - start
+        predictions = [p.replace(" ", "") for p in spaced]
+        correct = [p == t for p, t in zip(predictions, test_tgt)]
+        accuracy = float(np.mean(correct))
+        examples = list(zip(test_src, predictions, test_tgt))
+        for src, pred, tgt in examples[:8]:
+            mark = "ok " if pred == tgt else "BAD"
+            say(f"  {mark} {src!r:36} -> {pred!r:14} (expected {tgt!r})")
+        errors = [e for e, ok in zip(examples, correct) if not ok]
+        for src, pred, tgt in errors[:4]:
+            say(f"  error: {src!r} -> {pred!r} (expected {tgt!r})")
+        say(
+            f"exact match on {test} held-out dates: {accuracy:.4f} "
+            f"({sum(correct)}/{test}); training "
+            f"{pre_seconds + fit_seconds:.1f} s "
+            f"({clock_name} clock)"
+            f"; translating {translate_seconds:.2f} s"
+        )
+
+        result = {
+            "backend": keras.backend.backend(),
+            "dtype_policy": keras.config.dtype_policy().name,
+            "accuracy": accuracy,
+            "held_out": test,
+            "train_pairs": train,
+            "units": units,
+            "clock": clock_name,
+            "pretrain_seconds": pre_seconds,
+            "pretrain_epochs": pre_epochs,
+            "pretrain_masked_acc": pre_logs["masked_acc"][-1],
+            "train_seconds": fit_seconds,
+            "train_epochs": fit_epochs,
+            "train_masked_acc": fit_logs["masked_acc"][-1],
+            "train_history": fit_logs,
+            "total_train_seconds": pre_seconds + fit_seconds,
+            "translate_seconds": translate_seconds,
+            "encoder_unchanged": encoder_unchanged,
+            "examples": examples[:8],
+            "errors": errors,
+            "heatmap": None,
+        }
+
+        # 4. Attention heat map of the first held-out example.
+        if out is not None:
+            os.makedirs(out, exist_ok=True)
+            path = os.path.join(out, "attention.png")
+            # The first held-out example, from the batch translated above (one
+            # compiled generation, no retrace for a batch of one).
+            src_tokens = source.tokenize(test_src[0])
+            out_tokens = spaced[0].split()
+            length = len(out_tokens)
+            save_attention_heatmap(
+                path,
+                src_tokens,
+                out_tokens,
+                attention[0, :length, : len(src_tokens)],
+            )
+            result["heatmap"] = path
+            say(f"attention heat map: {path}")
+        return result
 
 
 def main(argv=None):
