@@ -21,7 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from kmodels.parity import ParityStore  # noqa: E402
+from kmodels.testing.parity import ParityStore  # noqa: E402
 
 # The multi-device tests need the virtual devices above; the per-backend
 # environments (one device) leave them to `tox -e distributed`.

@@ -5,8 +5,8 @@ name (layers, seq2seq models, losses) with Keras, so
 `keras.saving.load_model` finds them without importing the subpackages
 first. That imports Keras (and keras-hub) along with kmodels: set
 `KERAS_BACKEND` before `import kmodels`. Without Keras installed, nothing is
-registered and `python -m kmodels.parity` runs with NumPy alone. The other
-subpackages load on first use:
+registered and `python -m kmodels.testing.parity` runs with NumPy alone.
+The other public subpackages load on first use:
 
     import kmodels
     kmodels.diagnostics.check_gradient_flow  # imports kmodels.diagnostics
@@ -17,18 +17,21 @@ import importlib.util
 
 __version__ = "0.1.0"
 
+# The public subpackages. `kmodels.backend` (the per-backend code) is
+# internal; `kmodels.testing` is the test bench, imported by name.
 _SUBPACKAGES = (
-    "backend",
+    "callbacks",
     "contracts",
+    "datasets",
     "diagnostics",
     "distributed",
     "layers",
     "models",
-    "oracle",
-    "parity",
     "saving",
     "seq2seq",
 )
+
+__all__ = list(_SUBPACKAGES)
 
 # The subpackages whose modules define `register_keras_serializable`
 # classes or functions: importing them registers those with Keras.

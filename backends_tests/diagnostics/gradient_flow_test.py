@@ -7,15 +7,15 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
+from examples.position_embedding import correct_model
+from examples.position_embedding import positions_only_model
 from kmodels.backend.gradients import variable_gradients
-from kmodels.diagnostics import GradientFlowCheck
+from kmodels.callbacks import GradientFlowCheck
 from kmodels.diagnostics import GradientFlowError
 from kmodels.diagnostics import check_gradient_flow
 from kmodels.diagnostics import gradient_report
-from kmodels.diagnostics.gradient_flow import SEED_003_CAUSE
-from kmodels.models.position_demo import correct_model
-from kmodels.models.position_demo import seed_003_model
+from kmodels.diagnostics.gradient_flow import POSITIONS_ONLY_CAUSE
+from kmodels.testing import oracle
 
 BACKEND = keras.backend.backend()
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -27,8 +27,8 @@ Y = np.array([0, 1, 0, 1], "int32")
 EXPECTED_STATUS = {"tensorflow": "missing", "torch": "missing", "jax": "zero"}
 
 
-def test_seed_003_wiring_is_caught():
-    model = seed_003_model(6, 4, **SIZES)
+def test_positions_only_wiring_is_caught():
+    model = positions_only_model(6, 4, **SIZES)
     with pytest.raises(GradientFlowError) as e:
         check_gradient_flow(model, X, Y, loss=LOSS)
     report = e.value.report
@@ -38,14 +38,14 @@ def test_seed_003_wiring_is_caught():
     assert statuses["position_embedding/embeddings"] == "ok"
     assert report.output_depends_on_input is False
     message = str(e.value)
-    assert SEED_003_CAUSE in message
+    assert POSITIONS_ONLY_CAUSE in message
     assert "['embedding/embeddings']" in message
     assert "layer 'embedding' feeds only 'position_embedding'" in message
     assert "does not depend on its input" in message
 
 
-def test_seed_003_outputs_are_identical_for_different_inputs():
-    model = seed_003_model(6, 4, **SIZES)
+def test_positions_only_outputs_are_identical_for_different_inputs():
+    model = positions_only_model(6, 4, **SIZES)
     out = keras.ops.convert_to_numpy(model(X))
     # Every row is computed from the same position vectors: bit-identical.
     np.testing.assert_array_equal(out, np.broadcast_to(out[:1], out.shape))
@@ -62,7 +62,7 @@ def test_correct_composition_passes():
 
 
 def test_callback_stops_fit_on_seed_003_wiring():
-    model = seed_003_model(6, 4, **SIZES)
+    model = positions_only_model(6, 4, **SIZES)
     model.compile(keras.optimizers.SGD(0.1), LOSS)
     before = [keras.ops.convert_to_numpy(w) for w in model.weights]
     with pytest.raises(GradientFlowError, match="token embedding output"):
@@ -88,7 +88,7 @@ def test_callback_lets_a_correct_model_train():
 def test_gradients_do_not_exist_warning_by_backend():
     """Training the seed's model: TF and torch warn, JAX is silent (its
     gradient is zeros, not None). kmodels' check catches all three."""
-    model = seed_003_model(6, 4, **SIZES)
+    model = positions_only_model(6, 4, **SIZES)
     model.compile(keras.optimizers.SGD(0.1), LOSS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -21,7 +21,7 @@ import pytest
 
 from backends_tests.distributed.conftest import max_abs_difference
 from backends_tests.distributed.conftest import weights_of
-from kmodels.layers import EmbeddingGrowth
+from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.models import transformer_encoder
 from kmodels.seq2seq import Translator

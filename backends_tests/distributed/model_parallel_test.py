@@ -14,7 +14,7 @@ import pytest
 import kmodels
 from backends_tests.distributed.conftest import max_abs_difference
 from backends_tests.distributed.conftest import weights_of
-from kmodels.layers import EmbeddingGrowth
+from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 
 BACKEND = keras.backend.backend()

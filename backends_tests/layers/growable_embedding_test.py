@@ -8,10 +8,10 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
-from kmodels.layers import EmbeddingGrowth
+from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
+from kmodels.testing import oracle
 
 # float32 training on identical batches: the grown and pre-sized tables run
 # the same float32 ops on the same rows, 1e-6 leaves room for op ordering.

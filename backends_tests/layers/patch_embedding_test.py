@@ -5,9 +5,9 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
 from kmodels.layers import PatchEmbedding
 from kmodels.models import transformer_encoder
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kmodels import oracle
 from kmodels.layers import PatchEmbedding
 from kmodels.layers import PositionalEmbedding
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

@@ -4,10 +4,10 @@ ranks held-out items far above chance."""
 import keras
 import numpy as np
 
-from kmodels.layers import EmbeddingGrowth
+from examples.growing_recommender import make_stream
+from kmodels.callbacks import EmbeddingGrowth
 from kmodels.models import recommender
 from kmodels.models.recommender import hit_rate_at_k
-from kmodels.models.recommender_demo import make_stream
 
 
 def test_recommender_grows_and_ranks():

@@ -4,9 +4,9 @@ NumPy oracle with padding masks, masking invariance, gradients, saving."""
 import keras
 import numpy as np
 
-from kmodels import oracle
 from kmodels.diagnostics import gradient_report
 from kmodels.models import transformer_encoder
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

@@ -24,7 +24,7 @@ from kmodels.seq2seq import Autoencoder
 from kmodels.seq2seq import TextProcessor
 from kmodels.seq2seq import TextTranslator
 from kmodels.seq2seq import Translator
-from kmodels.seq2seq import translate as translate_module
+from kmodels.seq2seq import text_translator as translate_module
 
 np_ = keras.ops.convert_to_numpy
 CONTEXT = np.array([[4, 5, 6, 0], [7, 8, 0, 0]])

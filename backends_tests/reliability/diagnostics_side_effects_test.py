@@ -6,11 +6,11 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels.diagnostics import GradientFlowCheck
+from kmodels.callbacks import EmbeddingGrowth
+from kmodels.callbacks import GradientFlowCheck
 from kmodels.diagnostics import GradientFlowError
 from kmodels.diagnostics import check_gradient_flow
 from kmodels.diagnostics import gradient_report
-from kmodels.layers import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.models import recommender
 from kmodels.seq2seq.losses import masked_loss

@@ -390,7 +390,7 @@ def test_callback_installs_the_hook():
             _with(20),
             np.zeros((2, 4, 2)),
             verbose=0,
-            callbacks=[kmodels.contracts.InputContracts()],
+            callbacks=[kmodels.callbacks.InputContracts()],
         )
     assert str(caught.value) == (
         "Encoder: tokens must lie in [0, 20) (vocabulary_size=20); got "

@@ -3,7 +3,8 @@
 An all-padding batch gives loss 0 and zero gradients (it used to give NaN
 and, through `fit`, NaN weights on TensorFlow and torch); `sample_weight`
 weights each example's tokens (it used to scale the batch mean). Expected
-numbers come from `kmodels.oracle.masked_cross_entropy` (NumPy, float64).
+numbers come from `kmodels.testing.oracle.masked_cross_entropy` (NumPy,
+float64).
 """
 
 import re
@@ -12,12 +13,12 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
 from kmodels.backend.gradients import variable_gradients
 from kmodels.seq2seq import MaskedLoss
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import masked_acc
 from kmodels.seq2seq import masked_loss
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 VOCAB, UNITS, S, T = 20, 4, 5, 4

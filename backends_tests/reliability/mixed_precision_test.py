@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels.layers import EmbeddingGrowth
+from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import PatchEmbedding
 from kmodels.layers import PositionalEmbedding

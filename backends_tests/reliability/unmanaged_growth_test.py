@@ -8,8 +8,8 @@ import warnings
 import keras
 import numpy as np
 
-from kmodels import oracle
 from kmodels.layers import GrowableEmbedding
+from kmodels.testing import oracle
 
 BACKEND = keras.backend.backend()
 # torch's `fit` is eager: concrete ids, and eager training calls grow.
@@ -20,10 +20,10 @@ LR = 0.1
 ATOL = 2e-6
 WARNING = (
     "GrowableEmbedding 'table' is training inside a compiled step without "
-    "kmodels.layers.EmbeddingGrowth: the table cannot grow there, so ids at "
+    "kmodels.callbacks.EmbeddingGrowth: the table cannot grow there, so ids at "
     "or past its capacity (8) are treated as unseen: they get zero vectors "
     "and train no row (ids are not checked either). Pass callbacks=["
-    "kmodels.layers.EmbeddingGrowth()] to fit to grow the table for them."
+    "kmodels.callbacks.EmbeddingGrowth()] to fit to grow the table for them."
 )
 
 

@@ -5,8 +5,8 @@ import numpy as np
 from keras.src.backend import get_keras_mask
 from keras.src.backend import set_keras_mask
 
-from kmodels import oracle
 from kmodels.seq2seq import CrossAttention
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

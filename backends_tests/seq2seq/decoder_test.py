@@ -10,10 +10,10 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
 from kmodels.backend.compiled import compile_reader
 from kmodels.seq2seq import Decoder
 from kmodels.seq2seq import Encoder
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

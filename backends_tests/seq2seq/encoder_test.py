@@ -4,10 +4,10 @@ calls; padding invariance; serialization."""
 import keras
 import numpy as np
 
-from kmodels import oracle
 from kmodels.backend.compiled import compile_reader
 from kmodels.seq2seq import Encoder
 from kmodels.seq2seq.masking import padding_mask
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

@@ -6,10 +6,10 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
 from kmodels.seq2seq import Encoder
 from kmodels.seq2seq import masked_acc
 from kmodels.seq2seq import masked_loss
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

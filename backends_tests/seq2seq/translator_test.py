@@ -7,12 +7,12 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels import oracle
-from kmodels.backend.loss_gradients import loss_gradients
 from kmodels.seq2seq import Autoencoder
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import masked_acc
 from kmodels.seq2seq import masked_loss
+from kmodels.testing import oracle
+from kmodels.testing.gradients import loss_gradients
 
 np_ = keras.ops.convert_to_numpy
 

@@ -1,6 +1,6 @@
 """Backend hooks for tables that grow between train steps.
 
-`kmodels.layers.GrowableEmbedding` and `kmodels.layers.EmbeddingGrowth` read
+`kmodels.layers.GrowableEmbedding` and `kmodels.callbacks.EmbeddingGrowth` read
 the same on every backend; the few things that differ live behind the
 functions below:
 

@@ -8,12 +8,10 @@ from kmodels.contracts.checks import check_layer
 from kmodels.contracts.checks import checked
 from kmodels.contracts.checks import inputs_checked
 from kmodels.contracts.hook import ContractModel
-from kmodels.contracts.hook import InputContracts
 from kmodels.contracts.hook import enforce
 
 __all__ = [
     "ContractModel",
-    "InputContracts",
     "check_ids",
     "check_layer",
     "checked",

@@ -399,7 +399,7 @@ def unchecked_warning(kind, name):
         "kmodels did not check: a bad id there (out of range, negative, "
         "fractional) is not refused, and on JAX gives NaN outputs and, in "
         "fit, NaN weights. Call kmodels.contracts.enforce(model) once (or "
-        "pass callbacks=[kmodels.contracts.InputContracts()]) to check "
+        "pass callbacks=[kmodels.callbacks.InputContracts()]) to check "
         "every batch before its compiled step."
     )
 

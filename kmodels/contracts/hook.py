@@ -22,6 +22,7 @@ import numpy as np
 
 from kmodels.backend.contracts import wrap_step_function
 from kmodels.contracts import checks
+from kmodels.contracts.structure import path_to
 
 _KINDS = ("train", "test", "predict")
 
@@ -208,8 +209,6 @@ def enforce(model):
 def _functional_entries(model):
     """`[(layer, {argument: locate(x)})]` for the kmodels layers of a
     functional model whose arguments come straight from its inputs."""
-    from kmodels.layers.embedding_growth import _path_to
-
     struct = getattr(model, "_inputs_struct", None)
     entries = []
     if struct is None:
@@ -228,7 +227,7 @@ def _functional_entries(model):
             located = {}
             for name, value in bound.arguments.items():
                 if isinstance(value, keras.KerasTensor):
-                    path = _path_to(struct, value)
+                    path = path_to(struct, value)
                     if path is not None:
                         located[name] = path
                 elif isinstance(value, (int, np.integer)) and not isinstance(
@@ -241,18 +240,3 @@ def _functional_entries(model):
             ):
                 entries.append((layer, located))
     return entries
-
-
-class InputContracts(keras.callbacks.Callback):
-    """The contract hook as a callback: `callbacks=[InputContracts()]` in
-    `fit`, `evaluate` or `predict` calls `kmodels.contracts.enforce` on the
-    model, which stays enforced afterwards (the `*_on_batch` methods too).
-
-    `enforce(model)` right after building the model does the same and also
-    checks the arrays of the first call up front (an empty `(0, s)` array
-    runs no step, so only the up-front check can refuse it).
-    """
-
-    def set_model(self, model):
-        super().set_model(model)
-        enforce(model)

@@ -4,10 +4,8 @@ from kmodels.diagnostics.gradient_flow import GradientFlowError
 from kmodels.diagnostics.gradient_flow import GradientReport
 from kmodels.diagnostics.gradient_flow import check_gradient_flow
 from kmodels.diagnostics.gradient_flow import gradient_report
-from kmodels.diagnostics.gradient_flow_check import GradientFlowCheck
 
 __all__ = [
-    "GradientFlowCheck",
     "GradientFlowError",
     "GradientReport",
     "check_gradient_flow",

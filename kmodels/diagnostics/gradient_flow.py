@@ -17,7 +17,7 @@ from kmodels.layers.growable_embedding import GrowableEmbedding
 # position vectors: a layer whose output feeds nothing else is disconnected.
 _SHAPE_ONLY_LAYERS = ("PositionEmbedding", "SinePositionEncoding")
 
-SEED_003_CAUSE = (
+POSITIONS_ONLY_CAUSE = (
     "token embedding output is not used: PositionEmbedding returns only "
     "position vectors; add them to the token embeddings"
 )
@@ -241,7 +241,7 @@ def _likely_cause(model, report):
         ):
             user_names = ", ".join(f"'{u.name}'" for u in users)
             if isinstance(layer, keras.layers.Embedding):
-                what = SEED_003_CAUSE
+                what = POSITIONS_ONLY_CAUSE
             else:
                 what = (
                     f"the output of layer '{layer.name}' is not used: "

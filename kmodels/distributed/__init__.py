@@ -7,3 +7,8 @@ needs on top of them. See `docs/distributed.md`.
 
 from kmodels.distributed.embedding_sharding import shard_embedding_rows
 from kmodels.distributed.virtual_devices import virtual_cpu_devices
+
+__all__ = [
+    "shard_embedding_rows",
+    "virtual_cpu_devices",
+]

@@ -56,7 +56,7 @@ class GrowableEmbedding(keras.layers.Layer):
     *between* train steps, before the step that uses them, so that very step
     trains the new rows. No backend can create or reshape a variable inside
     a compiled step, so growth inside `model.fit` needs one extra line:
-    `callbacks=[kmodels.layers.EmbeddingGrowth()]`. Eager calls with
+    `callbacks=[kmodels.callbacks.EmbeddingGrowth()]`. Eager calls with
     `training=True` (and `fit` on torch, eager by default) grow by
     themselves. Without the callback, a compiled train step (`fit` on
     TensorFlow and JAX) cannot grow the table: ids at or past the capacity
@@ -148,7 +148,7 @@ class GrowableEmbedding(keras.layers.Layer):
     model.compile(optimizer="sgd", loss="mse")
     x = np.array([[0, 1, 2, 3], [4, 5, 6, 7]])
     model.fit(x, np.zeros((2, 4)), callbacks=[
-        kmodels.layers.EmbeddingGrowth()])
+        kmodels.callbacks.EmbeddingGrowth()])
     embedding.capacity  # 8
     ```
 
@@ -694,10 +694,10 @@ def unmanaged_growth_warning(name, capacity):
     compiled step without `EmbeddingGrowth`."""
     return (
         f"GrowableEmbedding '{name}' is training inside a compiled step "
-        "without kmodels.layers.EmbeddingGrowth: the table cannot grow "
+        "without kmodels.callbacks.EmbeddingGrowth: the table cannot grow "
         f"there, so ids at or past its capacity ({capacity}) are treated as "
         "unseen: they get zero vectors and train no row (ids are not "
-        "checked either). Pass callbacks=[kmodels.layers.EmbeddingGrowth()] "
+        "checked either). Pass callbacks=[kmodels.callbacks.EmbeddingGrowth()] "
         "to fit to grow the table for them."
     )
 

@@ -3,7 +3,6 @@
 import keras
 import numpy as np
 
-from kmodels.layers.embedding_growth import EmbeddingGrowth
 from kmodels.layers.growable_embedding import GrowableEmbedding
 from kmodels.layers.key_index import KeyIndex
 
@@ -20,7 +19,7 @@ def recommender(
     rows coming from the `KeyIndex` attached to each table
     (`model.get_layer("users").key_index`). The output is the logit of an
     interaction; train with binary cross-entropy on positives and sampled
-    negatives, and `callbacks=[kmodels.layers.EmbeddingGrowth()]`.
+    negatives, and `callbacks=[kmodels.callbacks.EmbeddingGrowth()]`.
 
     Args:
         embedding_dim: int. Size of the user and item vectors.
@@ -68,21 +67,3 @@ def hit_rate_at_k(model, users, items, num_items, k=10):
     scores = user_table[users] @ candidates.T
     rank = (scores > scores[np.arange(len(items)), items - 1][:, None]).sum(1)
     return float(np.mean(rank < k))
-
-
-def growable_benchmark_model(rows, dim=32, ids_per_example=8):
-    """The benchmark's "growable" workload: `GrowableEmbedding(dim)` with
-    `rows` rows (sparse Adam) -> sum over the ids -> `Dense(1)`, MSE, Adam.
-    Train it with `fit_growable_benchmark`."""
-    ids = keras.Input(shape=(ids_per_example,), dtype="int32")
-    table = GrowableEmbedding(dim, initial_capacity=rows, seed=0)
-    out = keras.layers.Dense(1)(keras.ops.sum(table(ids), axis=1))
-    model = keras.Model(ids, out)
-    model.compile(optimizer="adam", loss="mse")
-    return model
-
-
-def fit_growable_benchmark(model, x, y, batch_size=256, **kwargs):
-    """`model.fit` with the growth hook (one extra callback)."""
-    callbacks = list(kwargs.pop("callbacks", [])) + [EmbeddingGrowth()]
-    return model.fit(x, y, batch_size=batch_size, callbacks=callbacks, **kwargs)

@@ -8,8 +8,8 @@ from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.losses import MaskedLoss
 from kmodels.seq2seq.losses import masked_acc
 from kmodels.seq2seq.losses import masked_loss
-from kmodels.seq2seq.text import TextProcessor
-from kmodels.seq2seq.translate import TextTranslator
+from kmodels.seq2seq.text_processor import TextProcessor
+from kmodels.seq2seq.text_translator import TextTranslator
 from kmodels.seq2seq.translator import Translator
 
 __all__ = [

@@ -7,6 +7,7 @@ from kmodels.arguments import check_optional_int
 from kmodels.contracts.checks import check_autoencoder_batch
 from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
+from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import without_mask
@@ -84,13 +85,7 @@ class Autoencoder(ContractModel, SavingModel, keras.Model):
         if not self.encoder.built:
             self.encoder.build(tokens_shape)
         self.output_layer.build(tokens_shape + (self.units,))
-        # `trainable=False` from a config reaches only this layer's flag;
-        # the setter passes it on to the sublayers. (Set True first: on
-        # TensorFlow, assigning an attribute its current value is a no-op.)
-        if not self.trainable:
-            self.trainable = True
-            self.trainable = False
-        self.built = True
+        finish_build(self)
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts

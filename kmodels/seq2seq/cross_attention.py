@@ -5,6 +5,7 @@ from keras import ops
 
 from kmodels.arguments import check_int
 from kmodels.contracts.checks import guarded_call
+from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.masking import masks_hidden
 
 
@@ -81,13 +82,7 @@ class CrossAttention(keras.layers.Layer):
         self.mha.build(x_shape, tuple(context_shape))
         self.layernorm.build(x_shape)
         self.add.build([x_shape, x_shape])
-        # `trainable=False` from a config reaches only this layer's flag;
-        # the setter passes it on to the sublayers. (Set True first: on
-        # TensorFlow, assigning an attribute its current value is a no-op.)
-        if not self.trainable:
-            self.trainable = True
-            self.trainable = False
-        self.built = True
+        finish_build(self)
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts

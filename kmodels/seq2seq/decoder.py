@@ -5,6 +5,7 @@ from keras import ops
 
 from kmodels.arguments import check_int
 from kmodels.contracts.checks import guarded_call
+from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.encoder import gather_steps
 from kmodels.seq2seq.encoder import is_eager_right_padded
@@ -106,13 +107,7 @@ class Decoder(keras.layers.Layer):
         self.rnn.build(hidden_shape)
         self.attention.build(hidden_shape, tuple(context_shape))
         self.output_layer.build(hidden_shape)
-        # `trainable=False` from a config reaches only this layer's flag;
-        # the setter passes it on to the sublayers. (Set True first: on
-        # TensorFlow, assigning an attribute its current value is a no-op.)
-        if not self.trainable:
-            self.trainable = True
-            self.trainable = False
-        self.built = True
+        finish_build(self)
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts

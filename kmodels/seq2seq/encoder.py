@@ -6,6 +6,7 @@ from keras import ops
 
 from kmodels.arguments import check_int
 from kmodels.contracts.checks import guarded_call
+from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
@@ -91,13 +92,7 @@ class Encoder(keras.layers.Layer):
         tokens_shape = tuple(tokens_shape)
         self.embedding.build(tokens_shape)
         self.rnn.build(tokens_shape + (self.units,))
-        # `trainable=False` from a config reaches only this layer's flag;
-        # the setter passes it on to the sublayers. (Set True first: on
-        # TensorFlow, assigning an attribute its current value is a no-op.)
-        if not self.trainable:
-            self.trainable = True
-            self.trainable = False
-        self.built = True
+        finish_build(self)
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts

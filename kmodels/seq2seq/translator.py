@@ -23,6 +23,7 @@ from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.checks import checked
 from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
+from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
@@ -177,13 +178,7 @@ class Translator(ContractModel, SavingModel, keras.Model):
         if not self.encoder.built:
             self.encoder.build(context_shape)
         self.decoder.build(context_shape + (self.units,), target_shape)
-        # `trainable=False` from a config reaches only this layer's flag;
-        # the setter passes it on to the sublayers. (Set True first: on
-        # TensorFlow, assigning an attribute its current value is a no-op.)
-        if not self.trainable:
-            self.trainable = True
-            self.trainable = False
-        self.built = True
+        finish_build(self)
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts

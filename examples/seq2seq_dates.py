@@ -1,10 +1,10 @@
 """Dates to ISO form, end to end: the seed's workflow on a real task.
 
-    python -m kmodels.seq2seq.demo [--quick] [--seconds N] [--out DIR]
+    python -m examples.seq2seq_dates [--quick] [--seconds N] [--out DIR]
         [--dtype-policy mixed_bfloat16]
 
 1. Generate a parallel corpus of dates written many ways and their ISO form
-   (`kmodels.seq2seq.dates`, no download) and adapt two `TextProcessor`s.
+   (`kmodels.datasets.dates`, no download) and adapt two `TextProcessor`s.
 2. Pretrain the encoder as an `Autoencoder` (input = target = source ids).
 3. Freeze it (`encoder.trainable = False`), build a `Translator` around it
    and train the decoder with `model.fit`.
@@ -24,13 +24,13 @@ import keras
 import numpy as np
 
 from kmodels.backend.threads import set_intra_op_threads
+from kmodels.datasets.dates import DATE_TEXT
+from kmodels.datasets.dates import date_split
 from kmodels.seq2seq.autoencoder import Autoencoder
-from kmodels.seq2seq.dates import DATE_TEXT
-from kmodels.seq2seq.dates import date_split
 from kmodels.seq2seq.losses import masked_acc
 from kmodels.seq2seq.losses import masked_loss
-from kmodels.seq2seq.text import TextProcessor
-from kmodels.seq2seq.translate import TextTranslator
+from kmodels.seq2seq.text_processor import TextProcessor
+from kmodels.seq2seq.text_translator import TextTranslator
 from kmodels.seq2seq.translator import Translator
 
 # Heat map size in pixels (figure inches x dpi), fixed so tests can check it.
@@ -345,7 +345,7 @@ def main(argv=None):
     `heatmap` (the PNG path, or None without `--out`).
     """
     parser = argparse.ArgumentParser(
-        prog="python -m kmodels.seq2seq.demo",
+        prog="python -m examples.seq2seq_dates",
         description=__doc__.split("\n")[0],
     )
     parser.add_argument(

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from kmodels.oracle.attention import multi_head_attention
-from kmodels.oracle.dense import dense
-from kmodels.oracle.normalization import layer_norm
+from kmodels.testing.oracle.attention import multi_head_attention
+from kmodels.testing.oracle.dense import dense
+from kmodels.testing.oracle.normalization import layer_norm
 
 
 def _gelu(x):

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from kmodels import oracle
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

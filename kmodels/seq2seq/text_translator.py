@@ -9,7 +9,7 @@ import numpy as np
 from kmodels.saving.atomic import check_built
 from kmodels.saving.atomic import write_atomically
 from kmodels.saving.portable_optimizer import load_model
-from kmodels.seq2seq.text import TextProcessor
+from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
 
 # A saved bundle's folder holds exactly these.
@@ -144,7 +144,7 @@ class TextTranslator:
 
     def translate(self, texts, **kwargs):
         """`translate(texts, ...)` with this bundle's model and processors;
-        keyword arguments as in `kmodels.seq2seq.translate`."""
+        keyword arguments as in `kmodels.seq2seq.text_translator`."""
         kwargs.setdefault("separator", self.separator)
         return translate(
             texts,

@@ -1,10 +1,10 @@
-"""The cross-backend comparison of kmodels.parity (pure NumPy logic)."""
+"""The cross-backend comparison of kmodels.testing.parity (pure NumPy logic)."""
 
 import numpy as np
 
-from kmodels.parity import ParityStore
-from kmodels.parity import compare
-from kmodels.parity import format_table
+from kmodels.testing.parity import ParityStore
+from kmodels.testing.parity import compare
+from kmodels.testing.parity import format_table
 
 
 def _write(tmp_path, values):

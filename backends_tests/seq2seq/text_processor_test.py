@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kmodels.seq2seq.text import TextProcessor
+from kmodels.seq2seq.text_processor import TextProcessor
 
 
 def _processor(**kwargs):

@@ -1,11 +1,11 @@
-"""`python -m kmodels.seq2seq.demo --quick`, end to end."""
+"""`python -m examples.seq2seq_dates --quick`, end to end."""
 
 import struct
 
 import keras
 import pytest
 
-from kmodels.seq2seq import demo
+from examples import seq2seq_dates as demo
 
 
 def _png_size(path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kmodels import demo
+from examples import run_all as demo
 
 
 def test_oracle_check_agrees_on_this_backend(parity):

@@ -4,9 +4,9 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels.seq2seq.text import TextProcessor
-from kmodels.seq2seq.translate import TextTranslator
-from kmodels.seq2seq.translate import translate
+from kmodels.seq2seq.text_processor import TextProcessor
+from kmodels.seq2seq.text_translator import TextTranslator
+from kmodels.seq2seq.text_translator import translate
 from kmodels.seq2seq.translator import Translator
 
 

@@ -16,13 +16,13 @@ positions. Padded query positions attend like real ones.
 
 import numpy as np
 
-from kmodels.oracle.attention import multi_head_attention
-from kmodels.oracle.dense import dense
-from kmodels.oracle.embedding import embedding
-from kmodels.oracle.gru import bidirectional_gru
-from kmodels.oracle.gru import gru
-from kmodels.oracle.losses import masked_cross_entropy
-from kmodels.oracle.normalization import layer_norm
+from kmodels.testing.oracle.attention import multi_head_attention
+from kmodels.testing.oracle.dense import dense
+from kmodels.testing.oracle.embedding import embedding
+from kmodels.testing.oracle.gru import bidirectional_gru
+from kmodels.testing.oracle.gru import gru
+from kmodels.testing.oracle.losses import masked_cross_entropy
+from kmodels.testing.oracle.normalization import layer_norm
 
 
 def seq2seq_encoder(tokens, weights):

@@ -4,7 +4,7 @@ CrossAttention block) against the NumPy oracle."""
 import keras
 import numpy as np
 
-from kmodels import oracle
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

@@ -3,6 +3,7 @@
 import keras
 
 from kmodels.backend import growth as growth_backend
+from kmodels.contracts.structure import path_to
 from kmodels.layers.growable_embedding import GrowableEmbedding
 
 
@@ -12,7 +13,7 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     The one line `model.fit` needs for growing tables on every backend:
 
     ```python
-    model.fit(x, y, callbacks=[kmodels.layers.EmbeddingGrowth()])
+    model.fit(x, y, callbacks=[kmodels.callbacks.EmbeddingGrowth()])
     ```
 
     No backend can reshape a variable inside a compiled step. This callback
@@ -161,7 +162,7 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         if struct is not None:
             for node in table._inbound_nodes:
                 for tensor in node.input_tensors:
-                    found = _path_to(struct, tensor)
+                    found = path_to(struct, tensor)
                     if found is not None:
                         return found
         inputs = getattr(model, "inputs", None) or []
@@ -172,23 +173,3 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             f"holds the ids of GrowableEmbedding '{table.name}'. Pass "
             f"EmbeddingGrowth(ids={{'{table.name}': lambda x: ...}})."
         )
-
-
-def _path_to(struct, tensor):
-    """A function that picks `tensor`'s place in inputs shaped as
-    `struct`, or `None`."""
-    if struct is tensor:
-        return lambda x: x
-    if isinstance(struct, dict):
-        for key, value in struct.items():
-            inner = _path_to(value, tensor)
-            if inner is not None:
-                return lambda x, k=key, f=inner: f(x[k])
-    if isinstance(struct, (list, tuple)):
-        for i, value in enumerate(struct):
-            inner = _path_to(value, tensor)
-            if inner is not None:
-                return lambda x, i=i, f=inner: f(
-                    x[i] if isinstance(x, (list, tuple)) else x
-                )
-    return None

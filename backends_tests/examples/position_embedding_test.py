@@ -1,11 +1,11 @@
-"""The data and models of `python -m kmodels.models.position_demo` (the
+"""The data and models of `python -m examples.position_embedding` (the
 demo's training runs are too long for a test; see the docs for results)."""
 
 import keras
 import numpy as np
 
-from kmodels.models.position_demo import first_equals_last_data
-from kmodels.models.position_demo import no_position_model
+from examples.position_embedding import first_equals_last_data
+from examples.position_embedding import no_position_model
 
 
 def test_labels_say_whether_first_equals_last():

@@ -1,5 +1,5 @@
 """Cross-backend parity: each backend's test run records named outputs for
-fixed weights and inputs; `python -m kmodels.parity DIR` compares them.
+fixed weights and inputs; `python -m kmodels.testing.parity DIR` compares them.
 
 This module needs NumPy only, so the `parity` tox environment stays small.
 

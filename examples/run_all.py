@@ -1,7 +1,7 @@
 """The main job: every demo of kmodels on every installed backend.
 
-    python -m kmodels.demo            # full run (minutes per backend)
-    python -m kmodels.demo --quick    # smoke run, under a minute per backend
+    python -m examples.run_all            # full run (minutes per backend)
+    python -m examples.run_all --quick    # smoke run, about a minute a backend
 
 For each backend, a fresh Python process (the backend is fixed when Keras is
 imported) prints the backend and versions, checks Keras layers against the
@@ -20,9 +20,9 @@ import time
 
 BACKENDS = ("tensorflow", "jax", "torch")
 DEMOS = {
-    "seq2seq": "kmodels.seq2seq.demo",
-    "position": "kmodels.models.position_demo",
-    "recommender": "kmodels.models.recommender_demo",
+    "seq2seq": "examples.seq2seq_dates",
+    "position": "examples.position_embedding",
+    "recommender": "examples.growing_recommender",
 }
 # Demos that take `--out DIR` (the seq2seq demo saves its attention heat map).
 WRITES_FILES = ("seq2seq",)
@@ -40,7 +40,7 @@ def oracle_check(store=None, seed=0):
     import keras_hub
     import numpy as np
 
-    from kmodels import oracle
+    from kmodels.testing import oracle
 
     rng = np.random.default_rng(seed)
     to_np = keras.ops.convert_to_numpy
@@ -103,7 +103,7 @@ def oracle_check(store=None, seed=0):
 def _run_backend(args):
     import keras
 
-    from kmodels.parity import ParityStore
+    from kmodels.testing.parity import ParityStore
 
     backend = keras.backend.backend()
     print(f"== backend: {backend} (keras {keras.__version__})", flush=True)
@@ -156,14 +156,14 @@ def main(argv=None):
     if args.child:
         return _run_backend(args)
 
-    from kmodels.parity import compare
-    from kmodels.parity import format_table
+    from kmodels.testing.parity import compare
+    from kmodels.testing.parity import format_table
 
     backends = [b for b in args.backends.split(",") if b]
     status = 0
     with tempfile.TemporaryDirectory() as parity_dir:
         for backend in backends:
-            cmd = [sys.executable, "-m", "kmodels.demo", "--child"]
+            cmd = [sys.executable, "-m", "examples.run_all", "--child"]
             cmd += ["--demos", ",".join(args.demos), "--out", args.out]
             cmd += ["--parity-dir", parity_dir] + (
                 ["--quick"] if args.quick else []

@@ -7,7 +7,7 @@ the perturbation alone), then perturbs the oracle's weights."""
 import keras
 import numpy as np
 
-from kmodels import oracle
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

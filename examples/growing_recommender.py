@@ -1,6 +1,6 @@
 """Recommender over a stream where new users and items keep arriving.
 
-    python -m kmodels.models.recommender_demo [--quick]
+    python -m examples.growing_recommender [--quick]
 
 Users and items carry raw int64 keys (like 10**12 + n); `KeyIndex` maps them
 to rows as they arrive, `model.fit` trains chunk after chunk of the stream
@@ -14,7 +14,7 @@ import time
 import keras
 import numpy as np
 
-from kmodels.layers.embedding_growth import EmbeddingGrowth
+from kmodels.callbacks.embedding_growth import EmbeddingGrowth
 from kmodels.models.recommender import hit_rate_at_k
 from kmodels.models.recommender import recommender
 

@@ -5,7 +5,7 @@ import keras
 import keras_hub
 import numpy as np
 
-from kmodels import oracle
+from kmodels.testing import oracle
 
 np_ = keras.ops.convert_to_numpy
 

@@ -6,9 +6,10 @@ sequences:
 - `correct`: `kmodels.layers.PositionalEmbedding` (token + learned position
   embeddings, summed), the right composition;
 - `no positions`: the token embedding alone;
-- `seed 003 bug`: the token embedding fed to
+- `positions only (bug)`: the token embedding fed to
   `keras_hub.layers.PositionEmbedding`, whose output alone goes on (the
-  wiring of seed 003): the token embedding is disconnected.
+  wiring of the original question, see docs/position_embedding.md): the
+  token embedding is disconnected.
 
 Negative examples are permutations of positive ones (same tokens, first !=
 last), so the multiset of tokens says nothing about the label: a model
@@ -16,7 +17,7 @@ without positions cannot beat chance, and neither can one whose output
 ignores the tokens. The demo also runs `check_gradient_flow` on each model
 and prints its verdict.
 
-Run: `python -m kmodels.models.position_demo [--quick]`.
+Run: `python -m examples.position_embedding [--quick]`.
 """
 
 import argparse
@@ -63,11 +64,12 @@ def _encoder_head(x, num_classes, intermediate_dim=32, num_heads=2, **_):
     return keras.layers.Dense(num_classes, name="logits")(x)
 
 
-def seed_003_model(
+def positions_only_model(
     vocabulary_size, sequence_length, embedding_dim, num_classes=2, **kwargs
 ):
-    """The wiring of seed 003: `Embedding -> PositionEmbedding -> encoder`,
-    the token embeddings dropped (kept to reproduce the bug)."""
+    """The buggy wiring `Embedding -> PositionEmbedding -> encoder`: only
+    the position vectors go on, the token embeddings are dropped (kept to
+    reproduce the bug)."""
     inputs = keras.Input((sequence_length,), dtype="int32")
     tokens = keras.layers.Embedding(
         vocabulary_size, embedding_dim, name="embedding"
@@ -76,7 +78,7 @@ def seed_003_model(
         sequence_length, name="position_embedding"
     )(tokens)
     outputs = _encoder_head(x, num_classes, **kwargs)
-    return keras.Model(inputs, outputs, name="seed_003")
+    return keras.Model(inputs, outputs, name="positions_only")
 
 
 def no_position_model(
@@ -128,7 +130,7 @@ def run(quick=False, seed=0, verbose=0):
     builders = (
         ("correct", correct_model),
         ("no positions", no_position_model),
-        ("seed 003 bug", seed_003_model),
+        ("positions only (bug)", positions_only_model),
     )
     results = []
     for name, build in builders:

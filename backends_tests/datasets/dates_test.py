@@ -7,13 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from kmodels.seq2seq.dates import DATE_PUNCTUATION
-from kmodels.seq2seq.dates import DATE_TEXT
-from kmodels.seq2seq.dates import STYLES
-from kmodels.seq2seq.dates import date_pairs
-from kmodels.seq2seq.dates import date_split
-from kmodels.seq2seq.dates import format_date
-from kmodels.seq2seq.text import TextProcessor
+from kmodels.datasets.dates import DATE_PUNCTUATION
+from kmodels.datasets.dates import DATE_TEXT
+from kmodels.datasets.dates import STYLES
+from kmodels.datasets.dates import date_pairs
+from kmodels.datasets.dates import date_split
+from kmodels.datasets.dates import format_date
+from kmodels.seq2seq.text_processor import TextProcessor
 
 # strptime patterns written from the style descriptions (C locale; %d and
 # %m accept one or two digits, %y uses the POSIX pivot 69 -> 1969).

@@ -1,0 +1,17 @@
+"""Keras callbacks of kmodels, one per file, each named after its class.
+
+- `EmbeddingGrowth`: grows `GrowableEmbedding` tables inside `model.fit`.
+- `GradientFlowCheck`: stops training when a weight gets no gradient.
+- `InputContracts`: checks every batch of `fit` / `evaluate` / `predict`
+  against the input contracts of the model's kmodels layers.
+"""
+
+from kmodels.callbacks.embedding_growth import EmbeddingGrowth
+from kmodels.callbacks.gradient_flow_check import GradientFlowCheck
+from kmodels.callbacks.input_contracts import InputContracts
+
+__all__ = [
+    "EmbeddingGrowth",
+    "GradientFlowCheck",
+    "InputContracts",
+]

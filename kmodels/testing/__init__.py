@@ -1,0 +1,17 @@
+"""The test bench of kmodels, for its own tests and for contributors' layers.
+
+Not imported by the library. Submodules (import them by name):
+
+- `kmodels.testing.oracle`: an independent NumPy (float64) reference of
+  every building block, written from the published equations.
+- `kmodels.testing.parity`: `ParityStore` records named outputs per backend;
+  `python -m kmodels.testing.parity DIR` compares them across backends
+  (NumPy only).
+- `kmodels.testing.gradients`: `loss_gradients(model, loss_fn)`, gradients
+  of a closure on the active backend, `None` unified to zeros.
+- `kmodels.testing.layer_contract`: `run_layer_test`, the contract every
+  kmodels layer test starts from.
+
+This package's `__init__` imports nothing, so that the parity comparison
+runs without Keras.
+"""
