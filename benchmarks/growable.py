@@ -61,7 +61,7 @@ def growable_embedding(sizes, timing):
 
 def growth_event(sizes, timing):
     """One growth between steps inside `model.fit` with
-    `kmodels.layers.EmbeddingGrowth`: a one-batch `fit` whose batch holds one
+    `kmodels.callbacks.EmbeddingGrowth`: a one-batch `fit` whose batch holds one
     id past the capacity (one growth, the step recompiles) minus the same
     one-batch `fit` without a new id. Reported: the growth fits' times, the
     steady fits' median and their difference (`growth_cost_ms`)."""
