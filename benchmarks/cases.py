@@ -2,6 +2,9 @@
 
 import dataclasses
 
+# `kmodels.BACKENDS`, written out: the numpy and tf_keras children must not
+# import kmodels (that imports Keras 3 and keras-hub);
+# backends_tests/benchmarks/imports_test.py checks that the two agree.
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 # Pseudo-backends: NumPy's BLAS (no Keras) and the original tf.keras code
 # under Keras 2 (`tf_keras` with TF_USE_LEGACY_KERAS=1).

@@ -65,7 +65,7 @@ def growth_event(sizes, timing):
     id past the capacity (one growth, the step recompiles) minus the same
     one-batch `fit` without a new id. Reported: the growth fits' times, the
     steady fits' median and their difference (`growth_cost_ms`)."""
-    EmbeddingGrowth = require("kmodels.layers", "EmbeddingGrowth")
+    EmbeddingGrowth = require("kmodels.callbacks", "EmbeddingGrowth")
     layer = _growable(sizes)
     model = _model(layer, sizes)
     ids, target = _batch(sizes)

@@ -1,10 +1,18 @@
 """From raw results to figures: derived metrics, targets, tables, JSON, the
-chart and the docs table. Pure Python apart from rich/matplotlib output."""
+chart and the docs table. Pure Python apart from rich/matplotlib output.
+
+The run facts (`created`, `machine`, `versions`), the table builders
+(`markdown_table`, `rich_table`, `format_ms`) and the JSON writer
+(`check_document`, `write_json`) are shared with the scaling benchmark
+(`benchmarks.distributed.report`)."""
 
 import datetime
+import importlib.metadata
 import json
 import os
+import platform
 import re
+import time
 
 from benchmarks import cases as cases_mod
 
@@ -18,6 +26,13 @@ DOCS_CHART = "benchmarks.png"
 RECORD_KEYS = ("case", "backend", "status")
 # Keys an "ok" record adds.
 OK_KEYS = ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "steps")
+# The keys of the document (see `document`) that `validate` requires.
+KEYS = ("schema_version", "created", "quick", "command", "machine",
+        "versions", "results", "targets")  # fmt: skip
+TARGET_HEADERS = ("target", "backend", "value", "goal", "met?", "note")
+# The distributions whose versions a run records.
+VERSIONED = ("keras", "keras-hub", "tensorflow", "tf_keras", "jax", "torch",
+             "numpy")  # fmt: skip
 
 
 def derive(record):
@@ -243,19 +258,19 @@ def format_cell(record):
     if status != "ok":
         return "error"
     text = (
-        f"{_num(record['median_ms'])} ({_num(record['q1_ms'])}-"
-        f"{_num(record['q3_ms'])}) ms"
+        f"{format_ms(record['median_ms'])} ({format_ms(record['q1_ms'])}-"
+        f"{format_ms(record['q3_ms'])}) ms"
     )
     if record.get("tokens_per_s"):
         text += f", {record['tokens_per_s']:,.0f} tok/s"
     if record.get("gflops"):
         text += f", {record['gflops']:.1f} GF/s"
     if record.get("growth_cost_ms") is not None:
-        text += f", growth +{_num(record['growth_cost_ms'])} ms"
+        text += f", growth +{format_ms(record['growth_cost_ms'])} ms"
     return text
 
 
-def _num(ms):
+def format_ms(ms):
     """Milliseconds with 3 significant digits (no exponent)."""
     if ms >= 100:
         return f"{ms:.0f}"
@@ -288,40 +303,71 @@ def measurement_rows(results, selected_cases=cases_mod.CASES):
     return rows
 
 
-def markdown(results, targets, meta):
-    """The docs section: run facts, the measurement table, the target table."""
-    lines = [
+def markdown_table(headers, rows):
+    """A Markdown table as lines: the header, the separator, one line per
+    row of cells (strings)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def run_summary(meta):
+    """The opening of a results section: "Run of <created> (<quick|full>
+    sizes), command `<command>`; <n> CPU cores"."""
+    return (
         f"Run of {meta['created']} ({'quick' if meta['quick'] else 'full'}"
         f" sizes), command `{meta['command']}`; "
         f"{meta['machine']['cpu_count']} CPU cores"
+    )
+
+
+def versions_text(versions):
+    """`{"keras": "3.15.1", ...}` as "keras 3.15.1, ..."."""
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+def _target_cells(target, met):
+    """One target row's cells, with `met` as given (plain or styled)."""
+    return [
+        target["target"],
+        target["backend"],
+        format_value(target["value"]),
+        target["goal"],
+        met,
+        target["note"],
+    ]
+
+
+def markdown(results, targets, meta):
+    """The docs section: run facts, the measurement table, the target table."""
+    lines = [
+        run_summary(meta)
         + (f" (--threads {meta['threads']})" if meta.get("threads") else "")
         + ", "
-        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+        + versions_text(meta["versions"])
         + ".",
         "",
         "Each cell: median step time (first-third quartile) over the timed "
         "steps; GF/s is the achieved GFLOP/s of the analytic count at the "
         "median.",
         "",
-        "| workload | variant | " + " | ".join(COLUMNS) + " |",
-        "|---|---|" + "---|" * len(COLUMNS),
     ]
-    for workload, variant, cells in measurement_rows(results):
-        lines.append(f"| {workload} | {variant} | " + " | ".join(cells) + " |")
+    lines += markdown_table(
+        ("workload", "variant") + COLUMNS,
+        [
+            [workload, variant, *cells]
+            for workload, variant, cells in measurement_rows(results)
+        ],
+    )
     peak = peak_gflops(results)
     lines += [
         "",
         f"Measured float32 matmul peak: "
         f"{'-' if peak is None else f'{peak:.1f}'} GFLOP/s.",
         "",
-        "| target | backend | value | goal | met? | note |",
-        "|---|---|---|---|---|---|",
     ]
-    for t in targets:
-        lines.append(
-            f"| {t['target']} | {t['backend']} | {format_value(t['value'])} | "
-            f"{t['goal']} | {t['met']} | {t['note']} |"
-        )
+    lines += markdown_table(
+        TARGET_HEADERS, [_target_cells(t, t["met"]) for t in targets]
+    )
     lines += ["", f"![Benchmark chart]({DOCS_CHART})"]
     return "\n".join(lines) + "\n"
 
@@ -354,17 +400,22 @@ def document(results, meta):
     }
 
 
-def validate(doc):
-    """Raises ValueError if `doc` does not follow the results schema."""
-    for key in ("schema_version", "created", "quick", "command", "machine",
-                "versions", "results", "targets"):  # fmt: skip
+def check_document(doc, keys, schema_version, name):
+    """Raises ValueError if `doc` misses one of `keys` or has another
+    `schema_version`; `name` says which document in the message."""
+    for key in keys:
         if key not in doc:
-            raise ValueError(f"results JSON misses key {key!r}")
-    if doc["schema_version"] != SCHEMA_VERSION:
+            raise ValueError(f"{name} misses key {key!r}")
+    if doc["schema_version"] != schema_version:
         raise ValueError(
-            f"schema_version {SCHEMA_VERSION} expected; got "
+            f"schema_version {schema_version} expected; got "
             f"{doc['schema_version']!r}"
         )
+
+
+def validate(doc):
+    """Raises ValueError if `doc` does not follow the results schema."""
+    check_document(doc, KEYS, SCHEMA_VERSION, "results JSON")
     for record in doc["results"]:
         missing = [k for k in RECORD_KEYS if k not in record]
         if record.get("status") == "ok":
@@ -375,8 +426,10 @@ def validate(doc):
             raise ValueError(f"unknown status {record['status']!r}")
 
 
-def write_json(doc, path):
-    validate(doc)
+def write_json(doc, path, check=validate):
+    """Checks `doc` with `check` (raises ValueError) and writes it to
+    `path` as indented JSON."""
+    check(doc)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, sort_keys=False)
         f.write("\n")
@@ -386,33 +439,73 @@ def today():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
 
 
-def rich_tables(doc):
-    """The measurement and target tables as `rich.table.Table`s."""
+def created():
+    """The run's time stamp, e.g. "2026-11-29 19:32 UTC"."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def machine():
+    """The machine facts a results document records."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def versions():
+    """`{distribution: version}` of the installed `VERSIONED` ones."""
+    out = {}
+    for dist in VERSIONED:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def rich_table(title, headers, rows, groups=None):
+    """A `rich.table.Table` of `rows` (lists of strings); with `groups`
+    (one key per row), a rule separates rows whose keys differ."""
     from rich.table import Table
 
-    measurements = Table(title="kmodels benchmarks (median, quartiles)")
-    measurements.add_column("workload")
-    measurements.add_column("variant")
-    for column in COLUMNS:
-        measurements.add_column(column)
-    for workload, variant, cells in measurement_rows(doc["results"]):
-        measurements.add_row(workload, variant, *cells)
-    peak = doc["peak_gflops"]
-    targets = Table(
-        title="Targets (matmul peak "
-        f"{'-' if peak is None else f'{peak:.1f}'} GFLOP/s)"
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header)
+    for i, cells in enumerate(rows):
+        if groups is not None and i and groups[i] != groups[i - 1]:
+            table.add_section()
+        table.add_row(*cells)
+    return table
+
+
+def rich_tables(doc):
+    """The measurement and target tables as `rich.table.Table`s."""
+    measurements = rich_table(
+        "kmodels benchmarks (median, quartiles)",
+        ("workload", "variant") + COLUMNS,
+        [
+            [workload, variant, *cells]
+            for workload, variant, cells in measurement_rows(doc["results"])
+        ],
     )
-    for column in ("target", "backend", "value", "goal", "met?", "note"):
-        targets.add_column(column)
+    peak = doc["peak_gflops"]
     colors = {"yes": "green", "no": "red"}
-    for t in doc["targets"]:
-        met = t["met"]
-        if met in colors:
-            met = f"[{colors[met]}]{met}[/]"
-        targets.add_row(
-            t["target"], t["backend"], format_value(t["value"]), t["goal"],
-            met, t["note"],
-        )  # fmt: skip
+    targets = rich_table(
+        "Targets (matmul peak "
+        f"{'-' if peak is None else f'{peak:.1f}'} GFLOP/s)",
+        TARGET_HEADERS,
+        [
+            _target_cells(
+                t,
+                f"[{colors[t['met']]}]{t['met']}[/]"
+                if t["met"] in colors
+                else t["met"],
+            )
+            for t in doc["targets"]
+        ],
+    )
     return measurements, targets
 
 

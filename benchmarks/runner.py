@@ -8,11 +8,9 @@ prints the tables, writes `<out>/<date>.json` and `<out>/<date>.png`, and
 
 import argparse
 import concurrent.futures
-import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -37,8 +35,6 @@ _MODULES = {
     "jax": "jax",
     "torch": "torch",
 }
-_VERSIONS = ("keras", "keras-hub", "tensorflow", "tf_keras", "jax", "torch",
-             "numpy")  # fmt: skip
 
 
 def installed_backends():
@@ -131,6 +127,41 @@ def select_cases(patterns):
     return chosen
 
 
+def stream_records(command, env, timeout, on_record):
+    """Runs the child `command` from the repository root with `env` and
+    calls `on_record(record)` for each `BENCH_RESULT` line as it arrives;
+    kills the child after `timeout` seconds.
+
+    Returns `(why, stderr_tail)`: how the child ended ("child exited with
+    N", with a hint when it was killed, presumably by the timeout) and the
+    last 1500 characters of its stderr, for the "error" records of the
+    results it did not report."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        timer = threading.Timer(timeout, process.kill)
+        timer.start()
+        try:
+            for line in process.stdout:
+                if line.startswith(PREFIX):
+                    on_record(json.loads(line[len(PREFIX) :]))
+            process.wait()
+        finally:
+            timer.cancel()
+        stderr.seek(0)
+        tail = stderr.read()[-1500:]
+    why = f"child exited with {process.returncode}"
+    if process.returncode in (-9, 137):
+        why += f" (killed after the {timeout:.0f} s timeout?)"
+    return why, tail
+
+
 def run_group(
     backend,
     names,
@@ -157,39 +188,21 @@ def run_group(
     if profile:
         command += ["--profile", profile]
     seen = set()
-    with tempfile.TemporaryFile("w+") as stderr:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=child_env(backend, threads=threads),
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-        timer = threading.Timer(timeout, process.kill)
-        timer.start()
-        try:
-            if on_start:
-                on_start(backend, names[0])
-            for line in process.stdout:
-                if not line.startswith(PREFIX):
-                    continue
-                record = json.loads(line[len(PREFIX) :])
-                seen.add(record["case"])
-                on_result(record)
-                remaining = [n for n in names if n not in seen]
-                if on_start and remaining:
-                    on_start(backend, remaining[0])
-            process.wait()
-        finally:
-            timer.cancel()
-        stderr.seek(0)
-        tail = stderr.read()[-1500:]
+
+    def on_record(record):
+        seen.add(record["case"])
+        on_result(record)
+        remaining = [n for n in names if n not in seen]
+        if on_start and remaining:
+            on_start(backend, remaining[0])
+
+    if on_start:
+        on_start(backend, names[0])
+    why, tail = stream_records(
+        command, child_env(backend, threads=threads), timeout, on_record
+    )
     for name in names:
         if name not in seen:
-            why = f"child exited with {process.returncode}"
-            if process.returncode in (-9, 137):
-                why += f" (killed after the {timeout:.0f} s timeout?)"
             on_result(
                 {
                     "case": name,
@@ -210,16 +223,6 @@ def docs_path_for(quick, docs, no_docs, full_set):
     if docs:
         return docs
     return DOCS_PATH if (not quick and full_set) else None
-
-
-def _versions():
-    out = {}
-    for dist in _VERSIONS:
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def parse_args(argv):
@@ -379,7 +382,7 @@ def main(argv=None):
                 future.result()
 
     meta = {
-        "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "created": report.created(),
         "quick": args.quick,
         "command": "python -m benchmarks"
         + ("" if argv is None and len(sys.argv) <= 1 else " ")
@@ -388,13 +391,8 @@ def main(argv=None):
         "isolation": isolation,
         "jobs": args.jobs or (2 if args.quick else 1),
         "threads": args.threads,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-        },
-        "versions": _versions(),
+        "machine": report.machine(),
+        "versions": report.versions(),
     }
     doc = report.document(results, meta)
     stem = os.path.join(out_dir, report.today())

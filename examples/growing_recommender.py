@@ -14,9 +14,9 @@ import time
 import keras
 import numpy as np
 
-from kmodels.callbacks.embedding_growth import EmbeddingGrowth
-from kmodels.models.recommender import hit_rate_at_k
-from kmodels.models.recommender import recommender
+from kmodels.callbacks import EmbeddingGrowth
+from kmodels.models import hit_rate_at_k
+from kmodels.models import recommender
 
 
 def make_stream(rng, users, items, chunks, per_chunk, clusters=8):

@@ -29,7 +29,7 @@ import numpy as np
 
 from kmodels.diagnostics import GradientFlowError
 from kmodels.diagnostics import check_gradient_flow
-from kmodels.models.transformer_encoder import transformer_encoder
+from kmodels.models import transformer_encoder
 
 
 def first_equals_last_data(num_examples, length, vocabulary_size, seed):

@@ -18,7 +18,8 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("tensorflow", "jax", "torch")
+from kmodels import BACKENDS
+
 DEMOS = {
     "seq2seq": "examples.seq2seq_dates",
     "position": "examples.position_embedding",

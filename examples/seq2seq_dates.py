@@ -23,15 +23,14 @@ import time
 import keras
 import numpy as np
 
-from kmodels.backend.threads import set_intra_op_threads
 from kmodels.datasets.dates import DATE_TEXT
 from kmodels.datasets.dates import date_split
-from kmodels.seq2seq.autoencoder import Autoencoder
-from kmodels.seq2seq.losses import masked_acc
-from kmodels.seq2seq.losses import masked_loss
-from kmodels.seq2seq.text_processor import TextProcessor
-from kmodels.seq2seq.text_translator import TextTranslator
-from kmodels.seq2seq.translator import Translator
+from kmodels.seq2seq import Autoencoder
+from kmodels.seq2seq import TextProcessor
+from kmodels.seq2seq import TextTranslator
+from kmodels.seq2seq import Translator
+from kmodels.seq2seq import masked_acc
+from kmodels.seq2seq import masked_loss
 
 # Heat map size in pixels (figure inches x dpi), fixed so tests can check it.
 HEATMAP_INCHES = (6.0, 4.0)
@@ -378,8 +377,13 @@ def main(argv=None):
         "mixed_float16 (default: the current global policy, float32)",
     )
     args = parser.parse_args(argv)
-    if args.threads > 0:
-        set_intra_op_threads(args.threads)
+    if args.threads > 0 and keras.backend.backend() == "torch":
+        # Small models on a busy CPU lose most of their time to torch's
+        # intra-op threads spinning while they wait for a core (TensorFlow
+        # and JAX fix their pools at start-up).
+        import torch
+
+        torch.set_num_threads(args.threads)
     settings = dict(QUICK if args.quick else FULL)
     if args.seconds is not None:
         settings["seconds"] = args.seconds

@@ -17,6 +17,9 @@ import importlib.util
 
 __version__ = "0.1.0"
 
+# The Keras backends kmodels supports and tests, declared once.
+BACKENDS = ("tensorflow", "jax", "torch")
+
 # The public subpackages. `kmodels.backend` (the per-backend code) is
 # internal; `kmodels.testing` is the test bench, imported by name.
 _SUBPACKAGES = (
@@ -31,7 +34,7 @@ _SUBPACKAGES = (
     "seq2seq",
 )
 
-__all__ = list(_SUBPACKAGES)
+__all__ = ["BACKENDS", *_SUBPACKAGES]
 
 # The subpackages whose modules define `register_keras_serializable`
 # classes or functions: importing them registers those with Keras.

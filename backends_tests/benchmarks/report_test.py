@@ -1,11 +1,15 @@
 """Derived metrics, targets, table formatting, JSON schema and the docs
 update of the benchmark report."""
 
+import glob
 import json
+import os
+import re
 
 import pytest
 
 from benchmarks import report
+from benchmarks import runner
 
 
 def _ok(case, backend, median_ms, **extra):
@@ -210,3 +214,49 @@ def test_chart_writes_a_png(tmp_path):
     path = tmp_path / "chart.png"
     report.chart(doc, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_write_json_checks_before_writing(tmp_path):
+    path = tmp_path / "r.json"
+    doc = report.document(_results(), _meta())
+    del doc["targets"]
+    with pytest.raises(ValueError, match="misses key 'targets'"):
+        report.write_json(doc, str(path))
+    assert not path.exists()
+
+    def refuse(doc):
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        report.write_json({"any": 1}, str(path), check=refuse)
+    assert not path.exists()
+    report.write_json({"any": 1}, str(path), check=lambda doc: None)
+    assert path.read_text() == '{\n "any": 1\n}\n'
+
+
+def test_markdown_table_lines():
+    assert report.markdown_table(("a", "b"), [["1", "2"], ["3", ""]]) == [
+        "| a | b |",
+        "|---|---|",
+        "| 1 | 2 |",
+        "| 3 |  |",
+    ]
+
+
+def test_docs_section_is_the_newest_committed_run():
+    # The results section of docs/benchmarks.md is what `report.markdown`
+    # makes of the newest run kept in benchmarks/results/: the committed
+    # JSON still validates and renders to the same text.
+    runs = [
+        p
+        for p in glob.glob(os.path.join(runner.RESULTS_DIR, "*.json"))
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}\.json", os.path.basename(p))
+    ]
+    with open(max(runs), encoding="utf-8") as f:
+        doc = json.load(f)
+    report.validate(doc)
+    with open(runner.DOCS_PATH, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index(report.DOCS_START) + len(report.DOCS_START) + 1
+    section = text[start : text.index(report.DOCS_END)]
+    assert report.markdown(doc["results"], doc["targets"], doc) == section

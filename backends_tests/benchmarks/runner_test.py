@@ -3,6 +3,7 @@ error handling, and one `--quick` case end to end on this backend."""
 
 import json
 import os
+import subprocess
 import sys
 import types
 
@@ -100,6 +101,46 @@ def test_child_reports_missing_code_as_not_available(monkeypatch):
     assert "kmodels.no_such_module.Thing not available" in record["error"]
 
 
+def test_child_process_reports_missing_code_as_not_available(tmp_path):
+    # `python -m benchmarks.child` runs the module as `__main__`, while the
+    # workload modules raise `benchmarks.child.NotAvailable`: the process
+    # must still report such a case "n/a", not "error". runpy runs the
+    # module as `-m` does, after adding a case whose code is missing.
+    (tmp_path / "fake_benchmark_case.py").write_text(
+        "from benchmarks.child import require\n\n\n"
+        "def run(sizes, timing):\n"
+        "    require('kmodels.no_such_module', 'Thing')\n"
+    )
+    script = (
+        "import runpy, sys\n"
+        "from benchmarks import cases\n"
+        "cases.CASES_BY_NAME['fake'] = cases.Case('fake', 'Fake', 'fake',"
+        " ('numpy',), 'fake_benchmark_case:run', 'matmul')\n"
+        "sys.argv = ['child', '--backend', 'numpy', '--cases', 'fake',"
+        " '--quick']\n"
+        "runpy.run_module('benchmarks.child', run_name='__main__')\n"
+    )
+    env = runner.child_env("numpy")
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=runner.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = [
+        line
+        for line in done.stdout.splitlines()
+        if line.startswith(child.PREFIX)
+    ]
+    record = json.loads(line[len(child.PREFIX) :])
+    assert (record["case"], record["status"]) == ("fake", "n/a")
+    assert "kmodels.no_such_module.Thing not available" in record["error"]
+
+
 def test_child_reports_failures_without_stopping(monkeypatch):
     def run(sizes, timing):
         raise ValueError("boom")
@@ -118,6 +159,21 @@ def test_quick_case_on_this_backend():
     assert (record["case"], record["backend"]) == ("embedding_10k", backend)
     assert record["steps"] == cases.QUICK_TIMING["max_steps"]
     assert record["q1_ms"] <= record["median_ms"] <= record["q3_ms"]
+
+
+def test_quick_growth_event_on_this_backend():
+    # The growth case through `kmodels.callbacks.EmbeddingGrowth` in
+    # `fit`: each timed growth fit adds rows (the case raises otherwise).
+    backend = keras.backend.backend()
+    case = cases.CASES_BY_NAME["growth_event"]
+    record = child._run_case(case, backend, quick=True)
+    assert record["status"] == "ok", record.get("error")
+    capacities = record["capacities"]
+    assert capacities[0] == cases.QUICK_SIZES[case.sizes]["rows"]
+    assert all(b > a for a, b in zip(capacities, capacities[1:]))
+    assert record["growth_cost_ms"] == pytest.approx(
+        record["median_ms"] - record["steady_median_ms"], rel=1e-12
+    )
 
 
 def test_quick_run_end_to_end_in_a_subprocess(tmp_path):

@@ -42,7 +42,7 @@ from kmodels.seq2seq import Translator
 from kmodels.seq2seq import masked_loss
 
 np_ = keras.ops.convert_to_numpy
-BACKENDS = ("jax", "tensorflow", "torch")
+BACKENDS = kmodels.BACKENDS
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 MARKER = "PORTABLE-OPTIMIZER-RESULTS "

@@ -1,6 +1,63 @@
-"""Backend-specific code, one small module per concern.
+"""Backend-specific code, chosen once, when this package is imported.
 
-Model code never imports TensorFlow, JAX or torch; where a backend needs its own
-path, the shared code calls one function here that dispatches on
-`keras.backend.backend()`.
+Model code never imports TensorFlow, JAX or torch, and never tests
+`keras.backend.backend()`: where a backend needs its own path, it calls a
+function of one of the modules below, e.g.
+
+    from kmodels.backend import growth
+
+    growth.resize_variable(variable, value)
+
+As in Keras (`keras/src/backend/__init__.py`), the backend is picked here,
+from `keras.backend.backend()`, when `kmodels.backend` is first imported:
+`native` is then one of the packages `kmodels.backend.tensorflow`,
+`kmodels.backend.jax` and `kmodels.backend.torch`. These three packages
+hold modules of the same names, each defining the same functions (where a
+backend has nothing to do, its function says so explicitly: it returns its
+argument, `1`, `False` or `None`); only they import TensorFlow, JAX or torch.
+Another backend (`numpy`, `openvino`) raises a `ValueError` at import.
+
+The modules of this package are the interface: they document each
+function, hold what is the same on every backend, and call
+`native.<module>.<function>`:
+
+- `growth`: tables that grow between train steps
+  (`kmodels.layers.GrowableEmbedding`, `kmodels.callbacks.EmbeddingGrowth`):
+  resizing a variable in place, sparse row updates in the backward pass,
+  growing before each compiled step, the row shards of a distribution.
+- `contracts`: the hook that checks each batch before a compiled train,
+  test or predict step (`kmodels.contracts`).
+- `gradients`: gradients with the backend's own autodiff
+  (`kmodels.diagnostics`, `kmodels.testing`).
+- `replicas`: sums over the replicas of a `tf.distribute` step (the
+  identity elsewhere).
+- `compiled`: one compiled function that reads Keras variables
+  (`tf.function`, `jax.jit`; eager on torch).
+- `rnn`: whether a recurrent layer may run its unmasked (faster) path on a
+  right-padded batch (torch only).
+- `virtual_devices`: several CPU devices in one process
+  (`kmodels.distributed.virtual_cpu_devices`).
+
+`kmodels.backend.common` holds the backend-independent helpers the
+per-backend modules share. Nothing here imports another kmodels package
+(only the root `kmodels`, for its list of supported backends).
 """
+
+import keras
+
+from kmodels import BACKENDS as SUPPORTED_BACKENDS
+
+if keras.backend.backend() == "tensorflow":
+    from kmodels.backend import tensorflow as native
+elif keras.backend.backend() == "jax":
+    from kmodels.backend import jax as native
+elif keras.backend.backend() == "torch":
+    from kmodels.backend import torch as native
+else:
+    raise ValueError(
+        "kmodels supports the Keras backends 'tensorflow', 'jax' and "
+        f"'torch'; the running backend is {keras.backend.backend()!r}. Set "
+        "KERAS_BACKEND to one of them before importing Keras."
+    )
+
+__all__ = ["SUPPORTED_BACKENDS", "native"]

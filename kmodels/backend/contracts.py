@@ -16,15 +16,7 @@ signature of the functions `make_train_function`, `make_test_function` and
   bit-identical.
 """
 
-import importlib
-
-import keras
-
-_MODULES = {
-    "tensorflow": "kmodels.backend.contracts_tensorflow",
-    "jax": "kmodels.backend.contracts_jax",
-    "torch": "kmodels.backend.contracts_torch",
-}
+from kmodels.backend import native
 
 MARK = "_kmodels_contract_original"
 
@@ -33,7 +25,6 @@ def wrap_step_function(model, kind, check, scope):
     function = getattr(model, f"{kind}_function")
     if function is None or hasattr(function, MARK):
         return
-    impl = importlib.import_module(_MODULES[keras.backend.backend()])
-    wrapped = impl.wrap(model, kind, function, check, scope)
+    wrapped = native.contracts.wrap(model, kind, function, check, scope)
     setattr(wrapped, MARK, function)
     setattr(model, f"{kind}_function", wrapped)

@@ -1,18 +1,8 @@
-"""Per-variable gradients of a loss, with the active backend's own autodiff.
-
-`variable_gradients` dispatches to one small module per backend; only those
-modules import TensorFlow, JAX or torch.
-"""
-
-import importlib
+"""Gradients of a loss with the active backend's own autodiff."""
 
 import keras
 
-_MODULES = {
-    "tensorflow": "kmodels.backend.gradients_tensorflow",
-    "jax": "kmodels.backend.gradients_jax",
-    "torch": "kmodels.backend.gradients_torch",
-}
+from kmodels.backend import native
 
 
 def variable_gradients(model, loss_fn, x, y, variables=None):
@@ -38,18 +28,34 @@ def variable_gradients(model, loss_fn, x, y, variables=None):
         gradient at all (TensorFlow and torch do this for a variable the loss
         does not depend on; JAX returns zeros instead).
     """
-    backend = keras.backend.backend()
-    if backend not in _MODULES:
-        raise NotImplementedError(
-            "variable_gradients supports the tensorflow, jax and torch "
-            f"backends; the active backend is {backend!r}."
-        )
-    module = importlib.import_module(_MODULES[backend])
     if variables is None:
         variables = model.trainable_variables
-    loss, grads = module.variable_gradients(
+    loss, grads = native.gradients.variable_gradients(
         model, loss_fn, x, y, list(variables)
     )
+    return _to_numpy(loss, grads)
+
+
+def loss_gradients(model, loss_fn):
+    """Loss and gradients of `loss_fn()`, a function of no argument that
+    calls `model`, with respect to `model.trainable_variables`.
+
+    `tf.GradientTape` on TensorFlow, `jax.value_and_grad` with the
+    variables' values in a `keras.StatelessScope` on JAX (the model's other
+    variables keep their current values), `torch.autograd.grad` on torch.
+
+    Returns:
+        `(loss, grads)`: the loss as a Python float and one NumPy array per
+        trainable variable, or `None` where the backend reports no gradient
+        (TensorFlow and torch, for a variable the loss does not depend on;
+        JAX returns zeros instead).
+    """
+    variables = list(model.trainable_variables)
+    loss, grads = native.gradients.loss_gradients(model, loss_fn, variables)
+    return _to_numpy(loss, grads)
+
+
+def _to_numpy(loss, grads):
     return float(keras.ops.convert_to_numpy(loss)), [
         None if g is None else keras.ops.convert_to_numpy(g) for g in grads
     ]

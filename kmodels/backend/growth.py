@@ -23,17 +23,10 @@ functions below:
 
 import contextlib
 import threading
-import types
 
 import keras
-import numpy as np
 
-_MODULES = {
-    "tensorflow": "kmodels.backend.growth_tensorflow",
-    "jax": "kmodels.backend.growth_jax",
-    "torch": "kmodels.backend.growth_torch",
-}
-
+from kmodels.backend import native
 
 _STATE = threading.local()
 
@@ -60,59 +53,39 @@ def sparse_updates_enabled():
     return not getattr(_STATE, "depth", 0)
 
 
-def _impl():
-    import importlib
-
-    backend = keras.backend.backend()
-    if backend not in _MODULES:
-        raise NotImplementedError(
-            f"GrowableEmbedding supports the backends {sorted(_MODULES)}; "
-            f"got {backend!r}."
-        )
-    return importlib.import_module(_MODULES[backend])
-
-
 def table_is_trainable():
     """Whether the table and its optimizer slots are trainable variables
-    (overwritten with their updated value) on this backend."""
-    return _impl().TABLE_IS_TRAINABLE
+    (overwritten with their updated value) on this backend: True on JAX,
+    False on TensorFlow and torch (rows written in place)."""
+    return native.growth.table_is_trainable()
 
 
 def make_resizable(variable):
     """Prepares a freshly built variable for `resize_variable` (TensorFlow:
     a `tf.Variable` whose first dimension is dynamic, so that functions
-    traced before a growth keep reading the grown variable)."""
-    impl = _impl()
-    if hasattr(impl, "make_resizable"):
-        impl.make_resizable(variable)
+    traced before a growth keep reading the grown variable; nothing to do
+    on JAX and torch)."""
+    native.growth.make_resizable(variable)
 
 
 def resize_variable(variable, value):
     """Replaces the value of a built Keras `variable` by the NumPy array
     `value`, whose shape may differ from the variable's."""
-    _impl().resize_variable(variable, value)
+    native.growth.resize_variable(variable, value)
 
 
 def append_rows(variable, rows):
     """Appends the NumPy `rows` to a built Keras table `variable` (old rows
     kept). JAX appends on the devices, in the variable's sharding; the other
     backends read the table back and resize it."""
-    impl = _impl()
-    if hasattr(impl, "append_rows"):
-        impl.append_rows(variable, rows)
-        return
-    table = keras.ops.convert_to_numpy(variable.value)
-    impl.resize_variable(variable, np.concatenate([table, rows]))
+    native.growth.append_rows(variable, rows)
 
 
 def row_shards(variable):
     """Number of pieces the variable's first dimension is split into by
     the distribution it was created under (`keras.distribution`, JAX only;
     1 elsewhere and without a distribution)."""
-    impl = _impl()
-    if hasattr(impl, "row_shards"):
-        return impl.row_shards(variable)
-    return 1
+    return native.growth.row_shards(variable)
 
 
 def planned_row_shards(layer, name, shape):
@@ -120,23 +93,9 @@ def planned_row_shards(layer, name, shape):
     shape)` would create now, before it exists: JAX refuses to shard a row
     count that the shards do not divide, so the layer must pick a multiple
     first. Asks the current distribution for the layout of the variable's
-    future path, as Keras does when the variable is created."""
-    distribution = keras.distribution.distribution()
-    if distribution is None or not hasattr(_impl(), "row_shards"):
-        return 1
-    from keras.src.backend.common.name_scope import current_path
-
-    from kmodels.distributed.embedding_sharding import row_shards as shards
-
-    # The same scope as `Layer.add_weight`, hence the same path.
-    with keras.name_scope(layer.name, caller=layer):
-        parent = current_path()
-    future = types.SimpleNamespace(
-        path=f"{parent}/{name}" if parent else name,
-        shape=tuple(shape),
-        _layout=None,
-    )
-    return shards(distribution.get_variable_layout(future))
+    future path, as Keras does when the variable is created (JAX; 1
+    elsewhere and without a distribution)."""
+    return native.growth.planned_row_shards(layer, name, shape)
 
 
 def sparse_lookup(layer, ids, seen=None):
@@ -145,32 +104,27 @@ def sparse_lookup(layer, ids, seen=None):
     sparse optimizer (`layer.sparse_row_update`). `seen`: optional boolean
     mask of `ids`; the rows of entries where it is false are left unchanged
     (values and slots), as if those entries were not in the batch."""
-    return _impl().sparse_lookup(layer, ids, seen)
+    return native.growth.sparse_lookup(layer, ids, seen)
 
 
 def argsort_ids(ids, capacity):
     """An ordering that sorts the flat int32 `ids` (all in
-    `[0, capacity)`); the order among equal ids is unspecified."""
-    impl = _impl()
-    if hasattr(impl, "argsort_ids") and capacity is not None:
-        return impl.argsort_ids(ids, capacity)
-    return keras.ops.argsort(ids)
+    `[0, capacity)`; `capacity` may be `None`, unknown); the order among
+    equal ids is unspecified."""
+    return native.growth.argsort_ids(ids, capacity)
 
 
 def capacity_of(variable):
     """Rows of a table variable, read without reading the table (a
     tensor on TensorFlow, where the first dimension is dynamic)."""
-    impl = _impl()
-    if hasattr(impl, "capacity_of"):
-        return impl.capacity_of(variable)
-    return int(variable.shape[0])
+    return native.growth.capacity_of(variable)
 
 
 def is_concrete(x):
     """True when `x` holds data (not a symbolic or traced tensor)."""
     if isinstance(x, keras.KerasTensor):
         return False
-    return _impl().is_concrete(x)
+    return native.growth.is_concrete(x)
 
 
 def wrap_train_function(model, controller):
@@ -182,16 +136,4 @@ def wrap_train_function(model, controller):
     `controller.apply(plan)` grows the tables, and the step is recompiled for
     the new shapes. Returns a function that removes the hook.
     """
-    return _impl().wrap_train_function(model, controller)
-
-
-def pull_batches(iterator, steps_per_execution):
-    """Takes up to `steps_per_execution` batches (at least one) from
-    `iterator`; `StopIteration` propagates when there is none."""
-    batches = [next(iterator)]
-    for _ in range(steps_per_execution - 1):
-        try:
-            batches.append(next(iterator))
-        except StopIteration:
-            break
-    return batches
+    return native.growth.wrap_train_function(model, controller)

@@ -16,7 +16,7 @@ there, so its loss and gradients are 0). A replica whose own count is 0
 while others have some contributes a zero numerator, never NaN.
 """
 
-import keras
+from kmodels.backend import native
 
 
 def sum_over_replicas(x):
@@ -35,8 +35,4 @@ def sum_over_replicas(x):
     >>> float(sum_over_replicas(keras.ops.convert_to_tensor(3.0)))
     3.0
     """
-    if keras.backend.backend() != "tensorflow":
-        return x
-    from kmodels.backend.replicas_tensorflow import sum_over_replicas
-
-    return sum_over_replicas(x)
+    return native.replicas.sum_over_replicas(x)

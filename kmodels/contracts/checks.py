@@ -17,6 +17,7 @@ import numpy as np
 from keras import ops
 from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 
+from kmodels.arguments import check_int
 from kmodels.backend import growth as growth_backend
 
 _STATE = threading.local()
@@ -161,8 +162,6 @@ def check_same_batch(owner, first, second, sizes):
 def check_start_index(layer, start_index, length):
     """`PositionalEmbedding`'s `start_index` (a concrete int) against
     `length` positions and the layer's `sequence_length`."""
-    from kmodels.arguments import check_int
-
     start_index = check_int(
         start_index, "start_index", "PositionalEmbedding", 0
     )
@@ -200,81 +199,57 @@ def check_growable_ids(layer, ids, training=None):
 def check_layer(layer, arguments, training=None):
     """Checks the concrete `arguments` (a dict from `layer.call`'s argument
     names to values; absent or `None` ones are skipped) of a kmodels layer
-    or model against its contract."""
-    from kmodels.layers.growable_embedding import GrowableEmbedding
-    from kmodels.layers.patch_embedding import PatchEmbedding
-    from kmodels.layers.positional_embedding import PositionalEmbedding
-    from kmodels.seq2seq.autoencoder import Autoencoder
-    from kmodels.seq2seq.cross_attention import CrossAttention
-    from kmodels.seq2seq.decoder import Decoder
-    from kmodels.seq2seq.encoder import Encoder
-    from kmodels.seq2seq.translator import Translator
+    or model against its contract.
 
-    def get(name):
-        return arguments.get(name)
+    Each kmodels class states its contract in a method
+    `_check_call_arguments(arguments, training)` built from the checks of
+    this module; a layer without one has nothing to check.
+    """
+    check = getattr(layer, "_check_call_arguments", None)
+    if check is not None:
+        check(arguments, training)
 
-    if isinstance(layer, Translator):
-        inputs = get("inputs")
-        if inputs is not None:
-            check_translator_inputs(layer, inputs)
-    elif isinstance(layer, Autoencoder):
-        if get("tokens") is not None:
-            check_ids(
-                get("tokens"), "tokens", "Autoencoder", layer.vocabulary_size
-            )
-    elif isinstance(layer, Encoder):
-        if get("tokens") is not None:
-            check_ids(get("tokens"), "tokens", "Encoder", layer.vocabulary_size)
-    elif isinstance(layer, Decoder):
-        _check_attention_inputs(
-            "Decoder",
-            get("x"),
-            get("context"),
-            get("context_mask"),
-            ids=layer.vocabulary_size,
-        )
-    elif isinstance(layer, CrossAttention):
-        _check_attention_inputs(
-            "CrossAttention", get("x"), get("context"), get("context_mask")
-        )
-    elif isinstance(layer, PositionalEmbedding):
-        inputs = get("inputs")
-        inner = layer.embedding
-        length = None
-        if inputs is not None:
-            if type(inner) is keras.layers.Embedding:
-                ids = check_ids(
-                    inputs,
-                    "inputs",
-                    "PositionalEmbedding",
-                    inner.input_dim,
-                    "(batch, seq)",
-                )
-                length = ids.shape[1]
-            elif isinstance(inner, (GrowableEmbedding, PatchEmbedding)):
-                check_layer(inner, {"inputs": inputs}, training)
-        start_index = get("start_index")
-        if start_index is not None and not isinstance(start_index, int):
-            start_index = to_numpy(start_index)
-            if start_index.ndim == 0:
-                # A Python scalar, so the message reads as the user wrote it.
-                start_index = start_index.item()
-            check_start_index(layer, start_index, length)
-    elif isinstance(layer, PatchEmbedding):
-        images = get("inputs")
-        if images is not None:
-            shape = check_float(
-                images,
+
+def check_positional_embedding_inputs(layer, arguments, training=None):
+    """`PositionalEmbedding`'s `inputs` (checked as ids of a plain
+    `keras.layers.Embedding`, or against the contract of the wrapped layer)
+    and `start_index`."""
+    inputs = arguments.get("inputs")
+    inner = layer.embedding
+    length = None
+    if inputs is not None:
+        if type(inner) is keras.layers.Embedding:
+            ids = check_ids(
+                inputs,
                 "inputs",
-                "PatchEmbedding",
-                "(batch, height, width, channels)",
-                # Integer pixels (uint8) are cast in `call`.
-                allow_integer=True,
+                "PositionalEmbedding",
+                inner.input_dim,
+                "(batch, seq)",
             )
-            layer._check_shape(shape)
-    elif isinstance(layer, GrowableEmbedding):
-        if get("inputs") is not None:
-            check_growable_ids(layer, get("inputs"), training)
+            length = ids.shape[1]
+        else:
+            check_layer(inner, {"inputs": inputs}, training)
+    start_index = arguments.get("start_index")
+    if start_index is not None and not isinstance(start_index, int):
+        start_index = to_numpy(start_index)
+        if start_index.ndim == 0:
+            # A Python scalar, so the message reads as the user wrote it.
+            start_index = start_index.item()
+        check_start_index(layer, start_index, length)
+
+
+def check_patch_embedding_inputs(layer, images):
+    """`PatchEmbedding`'s images: a float or integer `(batch, height,
+    width, channels)` tensor whose spatial size the patches divide."""
+    shape = check_float(
+        images,
+        "inputs",
+        "PatchEmbedding",
+        "(batch, height, width, channels)",
+        # Integer pixels (uint8) are cast in `call`.
+        allow_integer=True,
+    )
+    layer._check_shape(shape)
 
 
 def check_translator_inputs(layer, inputs, labels=None):
@@ -343,7 +318,9 @@ def _check_labels(owner, name, labels, vocabulary_size, shape, against):
         )
 
 
-def _check_attention_inputs(owner, x, context, context_mask, ids=None):
+def check_attention_inputs(owner, x, context, context_mask, ids=None):
+    """`Decoder`'s (`ids`: its vocabulary size) or `CrossAttention`'s `x`,
+    `context` and `context_mask`, each when not `None`."""
     batch = None
     if x is not None:
         if ids is not None:
@@ -377,11 +354,10 @@ def guard(layer, arguments, training=None):
 
 
 def _warn_unchecked(layer):
-    from kmodels.layers.growable_embedding import GrowableEmbedding
-
-    # GrowableEmbedding has its own rule (and warning) for compiled steps:
-    # unseen ids get zero vectors, nothing turns NaN.
-    if isinstance(layer, GrowableEmbedding) or getattr(
+    # A class with its own rule (and warning) for compiled steps sets
+    # `_warns_when_unchecked = False` (GrowableEmbedding: unseen ids get
+    # zero vectors, nothing turns NaN).
+    if not getattr(layer, "_warns_when_unchecked", True) or getattr(
         layer, "_kmodels_warned_unchecked", False
     ):
         return

@@ -316,12 +316,11 @@ def _output_depends_on_input(model, x, out):
 def _is_sparse_categorical(loss_fn):
     """Whether `loss_fn` takes class ids against logits or probabilities on
     the last axis: Keras' sparse categorical cross-entropy (class or
-    function) or `kmodels.seq2seq.masked_loss`."""
-    from kmodels.seq2seq.losses import MaskedLoss
-
+    function), or a loss that says so with `sparse_categorical = True`
+    (`kmodels.seq2seq.masked_loss`)."""
     fn = getattr(loss_fn, "fn", loss_fn)
-    return fn is keras.losses.sparse_categorical_crossentropy or isinstance(
-        loss_fn, MaskedLoss
+    return fn is keras.losses.sparse_categorical_crossentropy or (
+        getattr(loss_fn, "sparse_categorical", False) is True
     )
 
 

@@ -1,6 +1,5 @@
 """Embedding tables sharded by rows with `keras.distribution.ModelParallel`."""
 
-import math
 import re
 
 # The variables that hold one row per id: the table, and the sparse
@@ -71,17 +70,3 @@ def shard_embedding_rows(layout_map, *layers, axis="model"):
         name = layer if isinstance(layer, str) else layer.name
         layout_map[f"(.*/)?{re.escape(name)}/({variables})"] = (axis, None)
     return layout_map
-
-
-def row_shards(layout):
-    """Number of pieces a `keras.distribution.TensorLayout` cuts a
-    variable's first dimension into (1 for `None` or a replicated one)."""
-    if layout is None or getattr(layout, "device_mesh", None) is None:
-        return 1
-    axes = tuple(layout.axes)
-    if not axes or axes[0] is None:
-        return 1
-    names = axes[0] if isinstance(axes[0], (tuple, list)) else (axes[0],)
-    mesh = layout.device_mesh
-    sizes = dict(zip(mesh.axis_names, mesh.shape))
-    return math.prod(int(sizes[n]) for n in names)

@@ -1,6 +1,6 @@
 """Several CPU devices on one machine, to test distributed code anywhere."""
 
-import importlib
+from kmodels.backend import virtual_devices
 
 
 def virtual_cpu_devices(count, backend=None):
@@ -20,8 +20,9 @@ def virtual_cpu_devices(count, backend=None):
 
     Args:
         count: int >= 1. Number of CPU devices.
-        backend: `"jax"`, `"tensorflow"` or `"torch"`; defaults to
-            `keras.backend.backend()`.
+        backend: `None` or the name of the running Keras backend
+            (`"jax"`, `"tensorflow"` or `"torch"`), for a script that
+            states the backend it expects.
 
     Returns:
         The number of CPU devices the backend now exposes (1 on torch).
@@ -29,6 +30,8 @@ def virtual_cpu_devices(count, backend=None):
     Raises:
         RuntimeError: when the backend has already created its devices with
             a different count.
+        ValueError: when `backend` names another backend than the one
+            Keras runs (`KERAS_BACKEND` decides it, before Keras starts).
 
     Example:
 
@@ -44,13 +47,4 @@ def virtual_cpu_devices(count, backend=None):
     count = int(count)
     if count < 1:
         raise ValueError(f"count must be >= 1; got {count}.")
-    if backend is None:
-        import keras
-
-        backend = keras.backend.backend()
-    if backend not in ("jax", "tensorflow"):
-        return 1
-    # The backend's own code lives in kmodels/backend/ (imported only here,
-    # so that nothing starts the backend before the split).
-    impl = importlib.import_module(f"kmodels.backend.virtual_devices_{backend}")
-    return impl.virtual_cpu_devices(count)
+    return virtual_devices.virtual_cpu_devices(count, backend)

@@ -14,6 +14,7 @@ from kmodels.arguments import check_float
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.backend import growth as growth_backend
+from kmodels.contracts.checks import check_growable_ids
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.key_index import KeyIndex
 from kmodels.layers.saved_state import checked_entries
@@ -411,10 +412,18 @@ class GrowableEmbedding(keras.layers.Layer):
         return len(self.growth_log)
 
     # ------------------------------------------------------------------ call
+    # Its own rule (and warning) for compiled steps that kmodels did not
+    # check: unseen ids get zero vectors, nothing turns NaN.
+    _warns_when_unchecked = False
+
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
+
+    def _check_call_arguments(self, arguments, training):
+        if arguments.get("inputs") is not None:
+            check_growable_ids(self, arguments.get("inputs"), training)
 
     def call(self, inputs, training=None):
         ids = inputs

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from kmodels.arguments import check_int
+from kmodels.contracts.checks import check_patch_embedding_inputs
 from kmodels.contracts.checks import guarded_call
 
 
@@ -101,6 +102,10 @@ class PatchEmbedding(keras.layers.Layer):
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
+
+    def _check_call_arguments(self, arguments, training):
+        if arguments.get("inputs") is not None:
+            check_patch_embedding_inputs(self, arguments.get("inputs"))
 
     def call(self, inputs):
         # Integer images (e.g. uint8 pixels) are cast to the compute dtype

@@ -8,6 +8,7 @@ from keras import ops
 from kmodels.arguments import check_choice
 from kmodels.arguments import check_float
 from kmodels.arguments import check_int
+from kmodels.contracts.checks import check_positional_embedding_inputs
 from kmodels.contracts.checks import guarded_call
 
 _POSITIONS = ("learned", "sine")
@@ -172,6 +173,9 @@ class PositionalEmbedding(keras.layers.Layer):
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
+
+    def _check_call_arguments(self, arguments, training):
+        check_positional_embedding_inputs(self, arguments, training)
 
     def call(self, inputs, start_index=0):
         embedded = self.embedding(inputs)

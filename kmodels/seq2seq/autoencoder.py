@@ -5,6 +5,7 @@ import keras
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.contracts.checks import check_autoencoder_batch
+from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
 from kmodels.layers.sublayers import finish_build
@@ -91,6 +92,11 @@ class Autoencoder(ContractModel, SavingModel, keras.Model):
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
+
+    def _check_call_arguments(self, arguments, training):
+        tokens = arguments.get("tokens")
+        if tokens is not None:
+            check_ids(tokens, "tokens", "Autoencoder", self.vocabulary_size)
 
     def call(self, tokens, training=None):
         context = without_mask(self.encoder(tokens, training=training))

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kmodels.arguments import check_int
+from kmodels.contracts.checks import check_attention_inputs
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.masking import masks_hidden
@@ -88,6 +89,14 @@ class CrossAttention(keras.layers.Layer):
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
+
+    def _check_call_arguments(self, arguments, training):
+        check_attention_inputs(
+            "CrossAttention",
+            arguments.get("x"),
+            arguments.get("context"),
+            arguments.get("context_mask"),
+        )
 
     def call(
         self, x, context, context_mask=None, return_attention_weights=False

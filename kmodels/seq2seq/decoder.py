@@ -4,11 +4,12 @@ import keras
 from keras import ops
 
 from kmodels.arguments import check_int
+from kmodels.backend.rnn import is_eager_right_padded
+from kmodels.contracts.checks import check_attention_inputs
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.encoder import gather_steps
-from kmodels.seq2seq.encoder import is_eager_right_padded
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
@@ -113,6 +114,15 @@ class Decoder(keras.layers.Layer):
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
+
+    def _check_call_arguments(self, arguments, training):
+        check_attention_inputs(
+            "Decoder",
+            arguments.get("x"),
+            arguments.get("context"),
+            arguments.get("context_mask"),
+            ids=self.vocabulary_size,
+        )
 
     def call(
         self,

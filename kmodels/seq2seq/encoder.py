@@ -1,10 +1,11 @@
 """The seq2seq encoder: token embedding and a bidirectional GRU."""
 
 import keras
-import numpy as np
 from keras import ops
 
 from kmodels.arguments import check_int
+from kmodels.backend.rnn import is_eager_right_padded
+from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.masking import padding_mask
@@ -99,6 +100,11 @@ class Encoder(keras.layers.Layer):
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
 
+    def _check_call_arguments(self, arguments, training):
+        tokens = arguments.get("tokens")
+        if tokens is not None:
+            check_ids(tokens, "tokens", "Encoder", self.vocabulary_size)
+
     def call(self, tokens):
         mask = padding_mask(tokens)
         x = without_mask(self.embedding(tokens))
@@ -146,20 +152,3 @@ class Encoder(keras.layers.Layer):
 def gather_steps(x, index):
     index = ops.broadcast_to(index[..., None], ops.shape(x))
     return ops.take_along_axis(x, index, axis=1)
-
-
-def is_eager_right_padded(mask):
-    """True on torch (eager) when every row is real tokens then padding
-    (used by `Encoder` and `Decoder` to run their GRUs without a mask).
-
-    Only torch benefits (its GRU has a fused kernel without a mask only);
-    TensorFlow and JAX trace `call`, where the values are unknown.
-    """
-    if keras.backend.backend() != "torch":
-        return False
-    try:
-        m = np.asarray(ops.convert_to_numpy(mask))
-    except Exception:  # traced (e.g. torch.compile): keep the masked path
-        return False
-    lengths = m.sum(axis=1, keepdims=True)
-    return bool(np.all(m == (np.arange(m.shape[1])[None, :] < lengths)))

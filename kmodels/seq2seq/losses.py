@@ -174,6 +174,11 @@ class MaskedLoss(keras.losses.Loss):
     1.3863
     """
 
+    # Class ids against logits on the last axis: `kmodels.diagnostics`
+    # checks the labels against the output width, as for Keras' sparse
+    # categorical cross-entropy.
+    sparse_categorical = True
+
     def __init__(self, name="masked_loss", dtype=None):
         super().__init__(name=name, reduction=None, dtype=dtype)
 

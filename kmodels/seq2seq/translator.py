@@ -185,6 +185,10 @@ class Translator(ContractModel, SavingModel, keras.Model):
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
 
+    def _check_call_arguments(self, arguments, training):
+        if arguments.get("inputs") is not None:
+            check_translator_inputs(self, arguments.get("inputs"))
+
     def call(self, inputs, training=None):
         context_tokens, target_in = inputs
         context = self.encoder(context_tokens, training=training)

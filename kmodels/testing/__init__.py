@@ -15,3 +15,5 @@ Not imported by the library. Submodules (import them by name):
 This package's `__init__` imports nothing, so that the parity comparison
 runs without Keras.
 """
+
+__all__ = ["gradients", "layer_contract", "oracle", "parity"]

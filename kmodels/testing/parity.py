@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-BACKENDS = ("tensorflow", "jax", "torch")
+from kmodels import BACKENDS
 
 
 class ParityStore:

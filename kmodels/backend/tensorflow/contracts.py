@@ -1,6 +1,6 @@
 """TensorFlow side of `kmodels.backend.contracts`."""
 
-from kmodels.backend.growth import pull_batches
+from kmodels.backend.common.batches import pull_batches
 
 
 def wrap(model, kind, original, check, scope):

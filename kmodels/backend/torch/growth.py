@@ -1,9 +1,18 @@
-"""PyTorch side of `kmodels.backend.growth`."""
+"""torch side of `kmodels.backend.growth`."""
 
+import keras
+import numpy as np
 import torch
 
-# Rows are written in place (no_grad) in the backward pass.
-TABLE_IS_TRAINABLE = False
+
+def table_is_trainable():
+    # Rows are written in place (no_grad) in the backward pass.
+    return False
+
+
+def make_resizable(variable):
+    # `resize_variable` gives the same Parameter new storage: nothing to do.
+    return None
 
 
 def resize_variable(variable, value):
@@ -13,6 +22,28 @@ def resize_variable(variable, value):
         value, dtype=parameter.dtype, device=parameter.device
     )
     variable._shape = tuple(int(d) for d in value.shape)
+
+
+def append_rows(variable, rows):
+    table = keras.ops.convert_to_numpy(variable.value)
+    resize_variable(variable, np.concatenate([table, rows]))
+
+
+def row_shards(variable):
+    # keras.distribution has no torch backend: tables are never sharded.
+    return 1
+
+
+def planned_row_shards(layer, name, shape):
+    return 1
+
+
+def argsort_ids(ids, capacity):
+    return keras.ops.argsort(ids)
+
+
+def capacity_of(variable):
+    return int(variable.shape[0])
 
 
 def is_concrete(x):

@@ -1,4 +1,4 @@
-"""`variable_gradients` for the torch backend (see `gradients.py`)."""
+"""torch side of `kmodels.backend.gradients`."""
 
 import torch
 
@@ -19,3 +19,12 @@ def variable_gradients(model, loss_fn, x, y, variables):
         for p in switched:
             p.requires_grad_(False)
     return loss.detach(), grads
+
+
+def loss_gradients(model, loss_fn, variables):
+    loss = loss_fn()
+    # `allow_unused=True`: `None` for a variable the loss does not depend on.
+    grads = torch.autograd.grad(
+        loss, [v.value for v in variables], allow_unused=True
+    )
+    return loss, grads

@@ -1,15 +1,22 @@
 """JAX side of `kmodels.backend.growth`."""
 
+import math
+import types
+
 import jax
 import jax.numpy as jnp
 import keras
 import numpy as np
+from keras.src.backend.common.name_scope import current_path
 
-from kmodels.backend.growth import pull_batches
+from kmodels.backend.common.batches import pull_batches
 
-# No side effects under `jax.jit`: the new rows travel back as the cotangent
-# of the table, and Keras' optimizer overwrites the variable with it.
-TABLE_IS_TRAINABLE = True
+
+def table_is_trainable():
+    # No side effects under `jax.jit`: the new rows travel back as the
+    # cotangent of the table, and Keras' optimizer overwrites the variable
+    # with it.
+    return True
 
 
 def _sharding(variable):
@@ -17,6 +24,11 @@ def _sharding(variable):
     distribution when it was created, or `None` (no distribution)."""
     layout = getattr(variable, "_layout", None)
     return getattr(layout, "backend_layout", layout)
+
+
+def make_resizable(variable):
+    # A JAX array is replaced whole by `resize_variable`: nothing to do.
+    return None
 
 
 def resize_variable(variable, value):
@@ -60,7 +72,38 @@ def row_shards(variable):
     return shape[0] // sharding.shard_shape(shape)[0]
 
 
+def planned_row_shards(layer, name, shape):
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    # The same scope as `Layer.add_weight`, hence the same path.
+    with keras.name_scope(layer.name, caller=layer):
+        parent = current_path()
+    future = types.SimpleNamespace(
+        path=f"{parent}/{name}" if parent else name,
+        shape=tuple(shape),
+        _layout=None,
+    )
+    return _layout_row_shards(distribution.get_variable_layout(future))
+
+
+def _layout_row_shards(layout):
+    """Number of pieces a `keras.distribution.TensorLayout` cuts a
+    variable's first dimension into (1 for `None` or a replicated one)."""
+    if layout is None or getattr(layout, "device_mesh", None) is None:
+        return 1
+    axes = tuple(layout.axes)
+    if not axes or axes[0] is None:
+        return 1
+    names = axes[0] if isinstance(axes[0], (tuple, list)) else (axes[0],)
+    mesh = layout.device_mesh
+    sizes = dict(zip(mesh.axis_names, mesh.shape))
+    return math.prod(int(sizes[n]) for n in names)
+
+
 def argsort_ids(ids, capacity):
+    if capacity is None:
+        return keras.ops.argsort(ids)
     # XLA:CPU sorts one int32 array several times faster than it sorts
     # (key, index) pairs: pack the position into the low bits when it fits.
     n = ids.shape[0]
@@ -69,6 +112,10 @@ def argsort_ids(ids, capacity):
         packed = ids * (1 << bits) + jnp.arange(n, dtype=jnp.int32)
         return jnp.sort(packed) & ((1 << bits) - 1)
     return jnp.argsort(ids, stable=False)
+
+
+def capacity_of(variable):
+    return int(variable.shape[0])
 
 
 def is_concrete(x):

@@ -1,9 +1,9 @@
-"""TensorFlow side of `kmodels.distributed.virtual_cpu_devices`."""
+"""TensorFlow side of `kmodels.backend.virtual_devices`."""
+
+import tensorflow as tf
 
 
 def virtual_cpu_devices(count):
-    import tensorflow as tf
-
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(

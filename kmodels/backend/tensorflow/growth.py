@@ -1,11 +1,15 @@
 """TensorFlow side of `kmodels.backend.growth`."""
 
+import keras
+import numpy as np
 import tensorflow as tf
 
-from kmodels.backend.growth import pull_batches
+from kmodels.backend.common.batches import pull_batches
 
-# Rows are written in place with resource scatters in the backward pass.
-TABLE_IS_TRAINABLE = False
+
+def table_is_trainable():
+    # Rows are written in place with resource scatters in the backward pass.
+    return False
 
 
 def make_resizable(variable):
@@ -45,6 +49,24 @@ def resize_variable(variable, value):
         make_resizable(variable)
     variable._value.assign(tf.cast(value, variable._value.dtype))
     variable._shape = tuple(int(d) for d in value.shape)
+
+
+def append_rows(variable, rows):
+    table = keras.ops.convert_to_numpy(variable.value)
+    resize_variable(variable, np.concatenate([table, rows]))
+
+
+def row_shards(variable):
+    # Keras ignores `LayoutMap` on TensorFlow: tables are never sharded.
+    return 1
+
+
+def planned_row_shards(layer, name, shape):
+    return 1
+
+
+def argsort_ids(ids, capacity):
+    return keras.ops.argsort(ids)
 
 
 def capacity_of(variable):

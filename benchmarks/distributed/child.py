@@ -1,17 +1,16 @@
 """Child process of the scaling benchmark: one backend, one device count.
 
-`python -m benchmarks.distributed_child --backend jax --devices 4
---workloads transformer,seq2seq --batches 32,64,128 [--quick]` splits the
-CPU into `--devices` virtual devices before the backend starts (they are
-fixed for the life of a process), builds each workload under the backend's
-data-parallel engine (`keras.distribution.DataParallel` on JAX,
-`tf.distribute.MirroredStrategy` on TensorFlow) and prints one line per
-(workload, global batch), `BENCH_RESULT {json}`, as `benchmarks.child` does.
-A failure is reported as a `status: "error"` record and the child goes on.
+`python -m benchmarks.distributed.child --backend jax --devices 4
+--workloads transformer,seq2seq --batches '{"transformer": [4, 16]}'
+[--quick]` splits the CPU into `--devices` virtual devices before the
+backend starts (they are fixed for the life of a process), builds each
+workload under the backend's data-parallel engine (`engines.engine`) and
+prints one line per (workload, global batch), `BENCH_RESULT {json}`, as
+`benchmarks.child` does. A failure is reported as a `status: "error"`
+record and the child goes on.
 """
 
 import argparse
-import functools
 import gc
 import json
 import os
@@ -20,35 +19,13 @@ import time
 import traceback
 
 from benchmarks.child import PREFIX
-from benchmarks.child import NotAvailable
 from benchmarks.child import require
+from benchmarks.distributed.engines import ENGINES
+from benchmarks.distributed.engines import engine
+from benchmarks.distributed.engines import unsupported_record
+from benchmarks.distributed.scaling import sizes_for
+from benchmarks.distributed.scaling import timing_for
 from benchmarks.timing import measure
-
-# The backends with a data-parallel engine that Keras drives, and the one it
-# uses there.
-ENGINES = {
-    "jax": "keras.distribution.DataParallel",
-    "tensorflow": "tf.distribute.MirroredStrategy",
-}
-TORCH_UNSUPPORTED = (
-    "keras.distribution has no torch backend (Keras 3.15: "
-    "keras.distribution.list_devices raises AttributeError) and "
-    "tf.distribute is TensorFlow's; on torch use torch.distributed "
-    "(DistributedDataParallel) outside Keras."
-)
-WORKLOADS = ("transformer", "seq2seq")
-
-
-def unsupported_record(backend):
-    """The record a backend without a data-parallel engine gets: status
-    "n/a" and why (torch is the only one)."""
-    return {
-        "backend": backend,
-        "workload": None,
-        "devices": None,
-        "status": "n/a",
-        "error": TORCH_UNSUPPORTED,
-    }
 
 
 def _transformer(sizes, global_batch):
@@ -91,92 +68,6 @@ def _translator(sizes, global_batch):
 BUILDERS = {"transformer": _transformer, "seq2seq": _translator}
 
 
-def _jax_engine(device_count):
-    import keras
-
-    devices = keras.distribution.list_devices("cpu")
-    if len(devices) < device_count:
-        raise RuntimeError(
-            f"{device_count} CPU devices expected; JAX has {len(devices)}. "
-            "Start the process with virtual_cpu_devices(n)."
-        )
-    distribution = keras.distribution.DataParallel(
-        devices=devices[:device_count]
-    )
-
-    def train_step(model, x, y):
-        # `train_on_batch` splits the global batch across the mesh and
-        # returns Python floats: the step has finished when it returns.
-        return lambda: model.train_on_batch(x, y)
-
-    return distribution.scope(), train_step
-
-
-@functools.cache
-def _mirrored_strategy(device_count):
-    import tensorflow as tf
-
-    # One strategy per process and device count: two MirroredStrategy
-    # objects number their collectives from the same keys, and TensorFlow
-    # then mixes the second model's all-reduces up with the first's
-    # ("Shape mismatch in the collective instance 102").
-    return tf.distribute.MirroredStrategy(
-        [f"/cpu:{i}" for i in range(device_count)]
-    )
-
-
-def _tensorflow_engine(device_count):
-    import keras
-    import tensorflow as tf
-
-    found = len(tf.config.list_logical_devices("CPU"))
-    if found < device_count:
-        raise RuntimeError(
-            f"{device_count} CPU devices expected; TensorFlow has {found}. "
-            "Start the process with virtual_cpu_devices(n)."
-        )
-    strategy = _mirrored_strategy(device_count)
-
-    def train_step(model, x, y):
-        # `train_on_batch` would hand every replica the whole batch; what
-        # `fit` does is split it with a distributed dataset, so each step
-        # here pulls one global batch from such an iterator.
-        global_batch = len(y)
-        dataset = (
-            tf.data.Dataset.from_tensor_slices((x, y))
-            .repeat()
-            .batch(global_batch, drop_remainder=True)
-        )
-        iterator = iter(strategy.experimental_distribute_dataset(dataset))
-        with strategy.scope():
-            model.optimizer.build(model.trainable_variables)
-        model.make_train_function()
-
-        def step():
-            logs = model.train_function(iterator)
-            return keras.ops.convert_to_numpy(logs["loss"])
-
-        return step
-
-    return strategy.scope(), train_step
-
-
-def engine(backend, device_count):
-    """`(scope, train_step)` of the backend's data-parallel engine over the
-    first `device_count` CPU devices: build and compile the model inside
-    `scope`, then `train_step(model, x, y)` returns a function running one
-    blocking training step on the global batch `(x, y)`.
-
-    Raises:
-        NotAvailable: on a backend without one (torch).
-    """
-    if backend == "jax":
-        return _jax_engine(device_count)
-    if backend == "tensorflow":
-        return _tensorflow_engine(device_count)
-    raise NotAvailable(TORCH_UNSUPPORTED)
-
-
 def measure_workload(backend, device_count, workload, sizes, global_batch,
                      timing):  # fmt: skip
     """Times training steps of `workload` on `device_count` devices with
@@ -214,13 +105,11 @@ def measure_workload(backend, device_count, workload, sizes, global_batch,
 def run(backend, device_count, workloads, batches, quick, emit):
     """Measures every `(workload, global batch)` and calls `emit(record)` for
     each as it ends (a failure gives a `status: "error"` record)."""
-    from benchmarks import distributed
-
     if backend not in ENGINES:
         emit(unsupported_record(backend))
         return
     for workload in workloads:
-        sizes = distributed.sizes_for(workload, quick)
+        sizes = sizes_for(workload, quick)
         for global_batch in batches[workload]:
             record = {
                 "backend": backend,
@@ -239,7 +128,7 @@ def run(backend, device_count, workloads, batches, quick, emit):
                     workload,
                     sizes,
                     global_batch,
-                    distributed.timing_for(quick),
+                    timing_for(quick),
                 )
                 record.update(status="ok", **out)
             except Exception as error:  # reported, never fatal for the run
@@ -258,7 +147,7 @@ def run(backend, device_count, workloads, batches, quick, emit):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.distributed_child"
+        prog="python -m benchmarks.distributed.child"
     )
     parser.add_argument("--backend", required=True)
     parser.add_argument("--devices", type=int, required=True)

@@ -1,4 +1,4 @@
-"""`variable_gradients` for the TensorFlow backend (see `gradients.py`)."""
+"""TensorFlow side of `kmodels.backend.gradients`."""
 
 import tensorflow as tf
 
@@ -14,3 +14,10 @@ def variable_gradients(model, loss_fn, x, y, variables):
     # `IndexedSlices`, made dense here.
     grads = tape.gradient(loss, values)
     return loss, [None if g is None else tf.convert_to_tensor(g) for g in grads]
+
+
+def loss_gradients(model, loss_fn, variables):
+    with tf.GradientTape() as tape:
+        loss = loss_fn()
+    # `None` for a variable the loss does not depend on.
+    return loss, tape.gradient(loss, [v.value for v in variables])

@@ -1,6 +1,6 @@
 """JAX side of `kmodels.backend.contracts`."""
 
-from kmodels.backend.growth import pull_batches
+from kmodels.backend.common.batches import pull_batches
 
 _STATE_NAMES = {
     "train": (

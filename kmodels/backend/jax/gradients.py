@@ -1,6 +1,7 @@
-"""`variable_gradients` for the JAX backend (see `gradients.py`)."""
+"""JAX side of `kmodels.backend.gradients`."""
 
 import jax
+import keras
 
 
 def variable_gradients(model, loss_fn, x, y, variables):
@@ -24,3 +25,16 @@ def variable_gradients(model, loss_fn, x, y, variables):
     # Jitted: eager JAX would dispatch every op (and retrace every RNN
     # scan) one by one. Nothing in it writes a variable.
     return jax.jit(jax.value_and_grad(loss_of))([v.value for v in variables])
+
+
+def loss_gradients(model, loss_fn, variables):
+    others = [v for v in model.variables if not v.trainable]
+
+    def pure(values):
+        mapping = list(zip(variables, values)) + [(v, v.value) for v in others]
+        with keras.StatelessScope(state_mapping=mapping):
+            return loss_fn()
+
+    # One compiled program: eager JAX retraces every GRU scan per call.
+    step = jax.jit(jax.value_and_grad(pure))
+    return step([v.value for v in variables])

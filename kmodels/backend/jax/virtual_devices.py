@@ -1,7 +1,8 @@
-"""JAX side of `kmodels.distributed.virtual_cpu_devices`."""
+"""JAX side of `kmodels.backend.virtual_devices`."""
 
 import os
-import sys
+
+import jax
 
 _XLA_FLAG = "--xla_force_host_platform_device_count"
 
@@ -13,9 +14,7 @@ def virtual_cpu_devices(count):
         if not f.startswith(_XLA_FLAG)
     ]
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"{_XLA_FLAG}={count}"])
-    if "jax" in sys.modules and _backends_started():
-        import jax
-
+    if _backends_started():
         # Started already (the flag above came too late unless it was set
         # before): check the count. Not otherwise: reading the devices
         # would start the backend, and `jax.distributed.initialize` must

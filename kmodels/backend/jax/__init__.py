@@ -1,0 +1,9 @@
+"""The JAX implementation of the `kmodels.backend` interface."""
+
+from kmodels.backend.jax import compiled
+from kmodels.backend.jax import contracts
+from kmodels.backend.jax import gradients
+from kmodels.backend.jax import growth
+from kmodels.backend.jax import replicas
+from kmodels.backend.jax import rnn
+from kmodels.backend.jax import virtual_devices

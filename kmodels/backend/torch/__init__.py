@@ -1,0 +1,9 @@
+"""The torch implementation of the `kmodels.backend` interface."""
+
+from kmodels.backend.torch import compiled
+from kmodels.backend.torch import contracts
+from kmodels.backend.torch import gradients
+from kmodels.backend.torch import growth
+from kmodels.backend.torch import replicas
+from kmodels.backend.torch import rnn
+from kmodels.backend.torch import virtual_devices
