@@ -4,6 +4,23 @@ import numpy as np
 import pytest
 
 from kmodels.layers import KeyIndex
+from kmodels.testing.layer_contract import run_layer_test
+
+
+@pytest.mark.parametrize("key_dtype", ["int64", "string"])
+def test_layer_contract(key_dtype):
+    # Config and serialization only: KeyIndex is a data-pipeline layer. It
+    # is never called on tensors (`lookup` maps NumPy keys, strings
+    # included, to int64 rows outside the model), holds no weights and has
+    # no dtype policy, so the build, symbolic/eager, precision, mask and
+    # training checks do not apply. Its state (the keys) is saved through
+    # `save_own_variables`: below, and inside a `.keras` file with the
+    # `GrowableEmbedding` it is attached to (growable_embedding_test.py).
+    index = run_layer_test(
+        KeyIndex,
+        dict(key_dtype=key_dtype, first_row=2, oov_row=1, frozen=True),
+    )
+    assert index.frozen and index.first_row == 2 and index.oov_row == 1
 
 
 def test_int64_keys_map_to_dense_rows_in_arrival_order():

@@ -8,6 +8,7 @@ import pytest
 from kmodels.layers import PatchEmbedding
 from kmodels.models import transformer_encoder
 from kmodels.testing import oracle
+from kmodels.testing.layer_contract import run_layer_test
 
 np_ = keras.ops.convert_to_numpy
 
@@ -60,17 +61,22 @@ def test_bad_arguments():
         PatchEmbedding(0, 4)
 
 
-def test_config_and_keras_file_round_trip(tmp_path, rng):
-    layer = PatchEmbedding(2, 4, kernel_initializer="he_normal")
-    clone = PatchEmbedding.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-    inputs = keras.Input((4, 4, 1))
-    model = keras.Model(inputs, layer(inputs))
-    model.save(tmp_path / "m.keras")
-    loaded = keras.models.load_model(tmp_path / "m.keras")
+def test_layer_contract(rng):
     images = rng.uniform(size=(2, 4, 4, 1)).astype("float32")
-    # Same weights, same ops: identical outputs.
-    np.testing.assert_array_equal(np_(loaded(images)), np_(model(images)))
+    run_layer_test(
+        PatchEmbedding,
+        dict(patch_size=2, embedding_dim=4, kernel_initializer="he_normal"),
+        input_data=images,
+        expected_output_shape=(2, 4, 4),
+        expected_output_dtype="float32",
+        expected_num_trainable_weights=2,
+        expected_num_non_trainable_weights=0,
+        supports_masking=False,
+        expected_mask=False,
+        # Same weights, same ops: identical outputs after a .keras round
+        # trip.
+        tolerance=0,
+    )
 
 
 def _top_or_bottom(n, rng):

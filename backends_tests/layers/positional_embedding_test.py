@@ -1,8 +1,6 @@
 """kmodels.layers.PositionalEmbedding against the NumPy oracle, plus the
 seed 003 claims it replaces."""
 
-import json
-
 import keras
 import keras_hub
 import numpy as np
@@ -12,6 +10,7 @@ from keras import ops
 from kmodels.layers import PatchEmbedding
 from kmodels.layers import PositionalEmbedding
 from kmodels.testing import oracle
+from kmodels.testing.layer_contract import run_layer_test
 
 np_ = keras.ops.convert_to_numpy
 
@@ -34,10 +33,6 @@ def _layer(position, merge, mask_zero=True, sequence_length=9):
     )
     layer.build(IDS.shape)
     return layer
-
-
-def _json(config):
-    return json.loads(json.dumps(config))
 
 
 def _weights_by_name(layer, values):
@@ -139,9 +134,55 @@ def test_wraps_a_patch_embedding(rng):
     np.testing.assert_allclose(out, expected, **SINE_TOL)
 
 
+@pytest.mark.parametrize(
+    "position, merge", [("learned", "add"), ("sine", "concat")]
+)
+def test_layer_contract(position, merge):
+    """Config and .keras round trips, symbolic vs eager, precision, and
+    one training step that updates every table (the learned positions
+    too)."""
+    run_layer_test(
+        PositionalEmbedding,
+        dict(
+            embedding=keras.layers.Embedding(10, 4, mask_zero=True),
+            sequence_length=9,
+            position=position,
+            merge=merge,
+        ),
+        input_data=IDS,
+        expected_output_shape=(2, 7, 4 if merge == "add" else 8),
+        expected_output_dtype="float32",
+        expected_num_trainable_weights=2 if position == "learned" else 1,
+        expected_num_non_trainable_weights=0,
+        supports_masking=True,
+        expected_mask=IDS != 0,
+        # Same weights, same ops: identical outputs after a .keras round
+        # trip.
+        tolerance=0,
+    )
+
+
+def test_layer_contract_over_image_patches(rng):
+    """The image variant of `transformer_encoder`: learned positions over
+    the patches of a `PatchEmbedding` (float inputs, no mask)."""
+    images = rng.uniform(size=(2, 4, 4, 1)).astype("float32")
+    run_layer_test(
+        PositionalEmbedding,
+        dict(embedding=PatchEmbedding(2, 6), sequence_length=4),
+        input_data=images,
+        expected_output_shape=(2, 4, 6),
+        expected_output_dtype="float32",
+        # Patch kernel and bias, position table.
+        expected_num_trainable_weights=3,
+        expected_num_non_trainable_weights=0,
+        expected_mask=False,
+        tolerance=0,
+    )
+
+
 @pytest.mark.parametrize("position", ["learned", "sine"])
 @pytest.mark.parametrize("merge", ["add", "concat"])
-def test_config_round_trip(position, merge):
+def test_config_keeps_the_wrapped_embedding(position, merge):
     layer = _layer(position, merge)
     config = layer.get_config()
     assert config["embedding"]["class_name"] == "Embedding"
@@ -152,40 +193,6 @@ def test_config_round_trip(position, merge):
     assert clone.compute_output_shape((2, 7)) == layer.compute_output_shape(
         (2, 7)
     )
-
-
-@pytest.mark.parametrize("position", ["learned", "sine"])
-def test_keras_file_round_trip(position, tmp_path, randomize):
-    inputs = keras.Input((7,), dtype="int32")
-    layer = PositionalEmbedding(
-        keras.layers.Embedding(10, 4, mask_zero=True),
-        sequence_length=9,
-        position=position,
-        merge="concat",
-    )
-    model = keras.Model(inputs, layer(inputs))
-    randomize(layer)
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    restored = loaded.get_layer(layer.name)
-    assert isinstance(restored, PositionalEmbedding)
-    # JSON turns the wrapped layer's build_config tuples into lists.
-    assert _json(restored.get_config()) == _json(layer.get_config())
-    # Same weights, same ops: identical outputs.
-    np.testing.assert_array_equal(np_(loaded(IDS)), np_(model(IDS)))
-
-
-def test_one_training_step_updates_both_tables():
-    layer = _layer("learned", "add", mask_zero=False)
-    inputs = keras.Input((7,), dtype="int32")
-    model = keras.Model(inputs, keras.layers.Dense(1)(layer(inputs)))
-    model.compile(keras.optimizers.SGD(0.1), "mse")
-    before = [np_(w) for w in layer.weights]
-    model.fit(IDS, np.ones((2, 7, 1)), epochs=1, batch_size=2, verbose=0)
-    after = [np_(w) for w in layer.weights]
-    for b, a, w in zip(before, after, layer.weights):
-        assert np.abs(a - b).max() > 0, w.path
 
 
 @pytest.mark.parametrize(

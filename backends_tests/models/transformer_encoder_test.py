@@ -142,6 +142,10 @@ def test_every_weight_gets_a_gradient_and_inputs_matter():
 
 
 def test_keras_file_round_trip(tmp_path, randomize):
+    # A builder's functional model, not a layer class: the layer contract
+    # (kmodels.testing.layer_contract) runs on its kmodels layer,
+    # PositionalEmbedding, in layers/positional_embedding_test.py; this
+    # pins the composition with keras-hub's encoder blocks.
     model = _model(merge="concat", num_layers=1)
     randomize(model)
     model.save(tmp_path / "encoder.keras")

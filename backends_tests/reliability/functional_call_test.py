@@ -229,3 +229,26 @@ def test_decoder_state_feeds_next_functional_step(rng):
     want2 = decoder(c, x2, state=want_state)
     np.testing.assert_allclose(got[0], _np(want_logits), atol=ATOL, rtol=0)
     np.testing.assert_allclose(got[1], _np(want2), atol=ATOL, rtol=0)
+
+
+def test_symbolic_translator_call_on_a_tuple_warns_nothing():
+    # A Translator's inputs are one tuple `(context, target)`: a symbolic
+    # call on a tuple of KerasTensors builds a graph and must neither check
+    # nor warn "runs inside a compiled step whose inputs kmodels did not
+    # check" (it did: the guard looked at the tuple, not its contents).
+    import warnings
+
+    from kmodels.seq2seq import Translator
+
+    model = Translator(
+        context_vocabulary_size=11, target_vocabulary_size=13, units=8
+    )
+    inputs = (
+        keras.KerasTensor((2, 5), dtype="int32"),
+        keras.KerasTensor((2, 4), dtype="int32"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = model(inputs)
+    assert [str(w.message) for w in caught if "kmodels" in str(w.message)] == []
+    assert tuple(out.shape) == (2, 4, 13)

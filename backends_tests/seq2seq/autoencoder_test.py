@@ -12,6 +12,7 @@ from kmodels.seq2seq import Encoder
 from kmodels.seq2seq import masked_loss
 from kmodels.testing import oracle
 from kmodels.testing.gradients import loss_gradients
+from kmodels.testing.layer_contract import run_layer_test
 
 np_ = keras.ops.convert_to_numpy
 
@@ -64,17 +65,32 @@ def test_built_around_an_existing_encoder():
         Autoencoder(VOCAB)
 
 
-def test_keras_round_trip(rng, randomize, tmp_path):
+def test_model_contract(rng):
+    """Config and .keras round trips of the model with a frozen encoder:
+    the class, the freezing (2 trainable weights, the encoder's 7 not), the
+    weights and outputs survive; no mask on the logits."""
     tokens = _tokens(rng)
-    model = Autoencoder(VOCAB, UNITS)
-    model.build(tokens.shape)
-    randomize(model)
-    model.encoder.trainable = False
-    path = str(tmp_path / "autoencoder.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, Autoencoder)
-    assert not loaded.encoder.trainable
-    assert len(loaded.trainable_variables) == 2  # the output Dense only
-    np.testing.assert_array_equal(np_(loaded(tokens)), np_(model(tokens)))
-    assert keras.src.backend.get_keras_mask(loaded(tokens)) is None
+    run_layer_test(
+        Autoencoder,
+        dict(
+            encoder_or_vocabulary_size=Encoder(
+                VOCAB, UNITS, trainable=False, name="encoder"
+            )
+        ),
+        input_data=tokens,
+        expected_output_shape=(3, 5, VOCAB),
+        expected_output_dtype="float32",
+        expected_num_trainable_weights=2,  # the output Dense only
+        expected_num_non_trainable_weights=7,
+        expected_mask=False,
+        # `Autoencoder(dtype=...)` does not reach its sublayers (they are
+        # made without it): its mixed precision is pinned under a global
+        # policy in reliability/mixed_precision_test.py.
+        run_precision_check=False,
+        # Training with a frozen pretrained encoder is pinned in
+        # translator_test.py (the encoder's weights stay bit-identical).
+        run_training_check=False,
+        # Same weights, same ops: identical outputs after a .keras round
+        # trip.
+        tolerance=0,
+    )

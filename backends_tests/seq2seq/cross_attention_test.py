@@ -7,6 +7,7 @@ from keras.src.backend import set_keras_mask
 
 from kmodels.seq2seq import CrossAttention
 from kmodels.testing import oracle
+from kmodels.testing.layer_contract import run_layer_test
 
 np_ = keras.ops.convert_to_numpy
 
@@ -89,9 +90,24 @@ def test_no_tensor_is_stored_on_the_layer(rng, randomize):
     assert set(vars(layer)) - before <= {"_called"}
 
 
-def test_config_round_trip():
-    layer = CrossAttention(UNITS, name="att")
-    config = layer.get_config()
-    assert config["units"] == UNITS
-    assert CrossAttention.from_config(config).get_config() == config
+def test_layer_contract(rng):
+    x, context, mask = _inputs(rng)
+    layer = run_layer_test(
+        CrossAttention,
+        dict(units=UNITS),
+        input_data=dict(x=x, context=context, context_mask=mask),
+        call_kwargs=dict(return_attention_weights=True),
+        expected_output_shape=((2, 3, UNITS), (2, 3, 5)),
+        expected_output_dtype="float32",
+        # MultiHeadAttention (4 kernels, 4 biases) and LayerNormalization.
+        expected_num_trainable_weights=10,
+        expected_num_non_trainable_weights=0,
+        supports_masking=True,
+        # The query carries no mask here, so neither does the output.
+        expected_mask=False,
+        # Same weights, same ops: identical outputs after a .keras round
+        # trip.
+        tolerance=0,
+    )
+    # Without the flag: the output only.
     assert layer.compute_output_shape((2, 3, 4), (2, 5, 4)) == (2, 3, 4)

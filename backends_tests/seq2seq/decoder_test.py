@@ -1,19 +1,22 @@
 """Decoder against the oracle and against the original tutorial's classes.
 
 The tutorial's Encoder/CrossAttention/Decoder (seed 000, TensorFlow "NMT with
-attention", written for tf.keras 2) are rebuilt here under `tf_keras` in the
-same process, whatever the Keras 3 backend: `tf_keras` imports TensorFlow,
-which is installed in every test environment, and never touches Keras 3.
+attention", written for tf.keras 2) come from `benchmarks.tutorial` and run
+under `tf_keras` in the same process, whatever the Keras 3 backend:
+`tf_keras` imports TensorFlow, which is installed in every test
+environment, and never touches Keras 3.
 """
 
 import keras
 import numpy as np
 import pytest
 
+from benchmarks.tutorial import tutorial_classes
 from kmodels.backend.compiled import compile_reader
 from kmodels.seq2seq import Decoder
 from kmodels.seq2seq import Encoder
 from kmodels.testing import oracle
+from kmodels.testing.layer_contract import run_layer_test
 
 np_ = keras.ops.convert_to_numpy
 
@@ -118,11 +121,29 @@ def test_step_by_step_equals_whole_sequence(rng, randomize):
         )
 
 
-def test_config_round_trip_and_shapes():
-    decoder = Decoder(VOCAB_T, UNITS, name="dec")
-    config = decoder.get_config()
-    assert config["vocabulary_size"] == VOCAB_T and config["units"] == UNITS
-    assert Decoder.from_config(config).get_config() == config
+def test_layer_contract(rng):
+    ctx, target = _inputs(rng)
+    context = rng.normal(size=ctx.shape + (UNITS,)).astype("float32")
+    state = rng.normal(size=(3, UNITS)).astype("float32")
+    decoder = run_layer_test(
+        Decoder,
+        dict(vocabulary_size=VOCAB_T, units=UNITS),
+        input_data=dict(
+            context=context, x=target, state=state, context_mask=ctx != 0
+        ),
+        call_kwargs=dict(return_state=True, return_attention_weights=True),
+        expected_output_shape=((3, 4, VOCAB_T), (3, UNITS), (3, 4, 5)),
+        expected_output_dtype="float32",
+        # Embedding, GRU (3), CrossAttention (10), Dense (2).
+        expected_num_trainable_weights=16,
+        expected_num_non_trainable_weights=0,
+        supports_masking=True,
+        expected_mask=False,
+        # Same weights, same GRU kernels: identical outputs after a .keras
+        # round trip.
+        tolerance=0,
+    )
+    # Without the flags: the logits only.
     assert decoder.compute_output_shape((2, 5, UNITS), (2, 3)) == (
         2,
         3,
@@ -131,87 +152,17 @@ def test_config_round_trip_and_shapes():
 
 
 def _tutorial_layers(vocab_c, vocab_t, units):
-    """The tutorial's classes as in seed 000 (ShapeChecker calls removed)."""
-    tf_keras = pytest.importorskip("tf_keras")
-    tf = pytest.importorskip("tensorflow")
-
-    def processor(size):
-        words = [f"w{i}" for i in range(size - 2)]
-        return tf_keras.layers.TextVectorization(vocabulary=words)
-
-    class TutorialEncoder(tf_keras.layers.Layer):
-        def __init__(self, text_processor, units):
-            super().__init__()
-            self.text_processor = text_processor
-            self.vocab_size = text_processor.vocabulary_size()
-            self.units = units
-            self.embedding = tf_keras.layers.Embedding(
-                self.vocab_size, units, mask_zero=True
-            )
-            self.rnn = tf_keras.layers.Bidirectional(
-                merge_mode="sum",
-                layer=tf_keras.layers.GRU(
-                    units,
-                    return_sequences=True,
-                    recurrent_initializer="glorot_uniform",
-                ),
-            )
-
-        def call(self, x):
-            return self.rnn(self.embedding(x))
-
-    class TutorialCrossAttention(tf_keras.layers.Layer):
-        def __init__(self, units, **kwargs):
-            super().__init__()
-            self.mha = tf_keras.layers.MultiHeadAttention(
-                key_dim=units, num_heads=1, **kwargs
-            )
-            self.layernorm = tf_keras.layers.LayerNormalization()
-            self.add = tf_keras.layers.Add()
-
-        def call(self, x, context):
-            attn_output, attn_scores = self.mha(
-                query=x, value=context, return_attention_scores=True
-            )
-            attn_scores = tf.reduce_mean(attn_scores, axis=1)
-            self.last_attention_weights = attn_scores
-            x = self.add([x, attn_output])
-            return self.layernorm(x)
-
-    class TutorialDecoder(tf_keras.layers.Layer):
-        def __init__(self, text_processor, units):
-            super().__init__()
-            self.text_processor = text_processor
-            self.word_to_id = tf_keras.layers.StringLookup(
-                vocabulary=text_processor.get_vocabulary(),
-                mask_token="",
-                oov_token="[UNK]",
-            )
-            self.vocab_size = text_processor.vocabulary_size()
-            self.units = units
-            self.embedding = tf_keras.layers.Embedding(
-                self.vocab_size, units, mask_zero=True
-            )
-            self.rnn = tf_keras.layers.GRU(
-                units,
-                return_sequences=True,
-                return_state=True,
-                recurrent_initializer="glorot_uniform",
-            )
-            self.attention = TutorialCrossAttention(units)
-            self.output_layer = tf_keras.layers.Dense(self.vocab_size)
-
-        def call(self, context, x, state=None, return_state=False):
-            x = self.embedding(x)
-            x, state = self.rnn(x, initial_state=state)
-            x = self.attention(x, context)
-            self.last_attention_weights = self.attention.last_attention_weights
-            logits = self.output_layer(x)
-            return (logits, state) if return_state else logits
-
+    """The tutorial's Encoder and Decoder as in seed 000, from their one
+    home, `benchmarks.tutorial` (the benchmark times the same classes).
+    Vocabulary sizes are given as integers: the tutorial's
+    `TextVectorization`/`StringLookup` processors hold no weights, so the
+    weight layout is the tutorial's."""
+    pytest.importorskip("tf_keras")
+    tutorial = tutorial_classes()
     return (
-        TutorialEncoder(processor(vocab_c), units),
-        TutorialDecoder(processor(vocab_t), units),
+        tutorial.Encoder(vocab_c, units),
+        # Start and end ids only matter for generation, unused here.
+        tutorial.Decoder(vocab_t, units, start_token=2, end_token=3),
     )
 
 

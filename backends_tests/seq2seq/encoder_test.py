@@ -8,6 +8,7 @@ from kmodels.backend.compiled import compile_reader
 from kmodels.seq2seq import Encoder
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.testing import oracle
+from kmodels.testing.layer_contract import run_layer_test
 
 np_ = keras.ops.convert_to_numpy
 
@@ -81,13 +82,23 @@ def test_padding_mask_is_ids_not_zero():
     np.testing.assert_array_equal(mask, [[1, 0, 1], [0, 0, 1]])
 
 
-def test_config_round_trip_and_output_shape():
-    encoder = Encoder(VOCAB, UNITS, name="enc")
-    config = encoder.get_config()
-    assert config["vocabulary_size"] == VOCAB and config["units"] == UNITS
-    clone = Encoder.from_config(config)
-    assert clone.get_config() == config
-    assert encoder.compute_output_shape((2, 7)) == (2, 7, UNITS)
+def test_layer_contract(rng):
+    tokens = _tokens(rng)
+    encoder = run_layer_test(
+        Encoder,
+        dict(vocabulary_size=VOCAB, units=UNITS),
+        input_data=tokens,
+        expected_output_shape=(3, 5, UNITS),
+        expected_output_dtype="float32",
+        expected_num_trainable_weights=7,
+        expected_num_non_trainable_weights=0,
+        supports_masking=True,
+        expected_mask=tokens != 0,
+        # Same weights, same GRU kernels: identical outputs after a .keras
+        # round trip.
+        tolerance=0,
+    )
+    # A functional input of any batch size and length.
     symbolic = encoder(keras.Input((7,), dtype="int32"))
     assert tuple(symbolic.shape) == (None, 7, UNITS)
 

@@ -343,10 +343,14 @@ def guard(layer, arguments, training=None):
     inside which the layer runs (its sublayers skip their checks)."""
     if inputs_checked() or in_symbolic_scope():
         return contextlib.nullcontext()
-    values = [v for v in arguments.values() if v is not None]
+    values = keras.tree.flatten(
+        [v for v in arguments.values() if v is not None]
+    )
+    # A symbolic call (a tuple of KerasTensors for a Translator's inputs
+    # too) builds a graph: there is no data to check and nothing to warn.
     if any(isinstance(v, keras.KerasTensor) for v in values):
         return contextlib.nullcontext()
-    if all(is_concrete(v) for v in keras.tree.flatten(values)):
+    if all(is_concrete(v) for v in values):
         check_layer(layer, arguments, training)
         return checked()
     _warn_unchecked(layer)
