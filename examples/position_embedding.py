@@ -170,11 +170,11 @@ def main(argv=None):
         f"first token == last token, backend {keras.backend.backend()}, "
         f"chance = 50%{' (--quick: small run)' if args.quick else ''}"
     )
-    print(f"{'model':<14} {'held-out acc':>12} {'train s':>8}  gradient check")
+    print(f"{'model':<20} {'held-out acc':>12} {'train s':>8}  gradient check")
     for r in results:
         check = "passed" if r["check"] == "passed" else "FAILED (below)"
         print(
-            f"{r['model']:<14} {r['accuracy']:>12.1%} {r['seconds']:>8.1f}  "
+            f"{r['model']:<20} {r['accuracy']:>12.1%} {r['seconds']:>8.1f}  "
             f"{check}"
         )
     for r in results:

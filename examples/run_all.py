@@ -146,7 +146,7 @@ def main(argv=None):
         default=",".join(DEMOS),
         help=f"comma-separated subset of {','.join(DEMOS)}",
     )
-    parser.add_argument("--out", default="kmodels-demo-output")
+    parser.add_argument("--out", default="examples-output")
     parser.add_argument("--parity-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

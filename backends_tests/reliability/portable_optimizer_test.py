@@ -19,10 +19,9 @@ it (naming torch's Adam; loaded by this backend, which needs no torch for
 it), and a plain functional model written that way, through
 `kmodels.saving.load_model` (loaded everywhere).
 
-The per-backend tox environments install only their own backend (and
-TensorFlow, which keras-hub pulls in), so a pair whose target backend is
-missing is skipped there; `tox -e distributed` (extras=all) runs all six
-ordered pairs.
+The tox environment that the three backend runs share has all three
+backends, so together they cover all six ordered pairs; elsewhere a pair
+whose target backend is not installed is skipped (the reason names it).
 """
 
 import importlib.util
@@ -258,8 +257,8 @@ def _results_on(target, folder):
         return resume_all(folder, SAME_BACKEND_CASES)
     if importlib.util.find_spec(_LIBRARIES[target]) is None:
         pytest.skip(
-            f"{target} not installed in this tox env; the 'distributed' env "
-            "(extras=all) runs all 6 pairs"
+            f"{target} is not installed in this environment; the tox "
+            "environment `backends` has all three backends"
         )
     env = dict(os.environ, KERAS_BACKEND=target)
     env["PYTHONPATH"] = os.pathsep.join(

@@ -239,7 +239,11 @@ class PositionalEmbedding(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["embedding"] = keras.saving.deserialize_keras_object(
-            config["embedding"]
-        )
+        inner = dict(config["embedding"])
+        # Left unbuilt, the embedding is built by this layer's `build`, under
+        # its name scope, as when it was first made: its weights keep their
+        # paths (`positional_embedding/embedding/embeddings`, what a layout
+        # map names) through a `.keras` round trip.
+        inner.pop("build_config", None)
+        config["embedding"] = keras.saving.deserialize_keras_object(inner)
         return cls(**config)
