@@ -66,7 +66,16 @@ FULL_SIZES = {
     },
     "embedding_small": {"batch": 256, "ids": 8, "dim": 32, "rows": 10_000},
     "embedding_large": {"batch": 256, "ids": 8, "dim": 32, "rows": 1_000_000},
+    # Issue 17's notebook call: Translator(10, 10, units=4), batch 2.
+    "eager_tiny": {
+        "batch": 2,
+        "source_length": 6,
+        "target_length": 5,
+        "vocabulary": 10,
+        "units": 4,
+    },
 }
+# The eager-call cases at the tutorial's sizes use "seq2seq".
 
 # Tiny sizes for the smoke test (`--quick`): every code path, seconds each.
 QUICK_SIZES = {
@@ -98,6 +107,13 @@ QUICK_SIZES = {
     },
     "embedding_small": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
     "embedding_large": {"batch": 8, "ids": 4, "dim": 4, "rows": 1000},
+    "eager_tiny": {
+        "batch": 2,
+        "source_length": 4,
+        "target_length": 3,
+        "vocabulary": 10,
+        "units": 4,
+    },
 }
 
 # How long each case is timed (warm-up calls are not timed).
@@ -157,6 +173,18 @@ CASES = (
     Case("growth_event", "Embedding growth event",
          "kmodels GrowableEmbedding: fit + 1 growth", _K,
          "benchmarks.growable:growth_event", "embedding_small"),
+    Case("eager_call_tiny", "Seq2Seq eager call, tiny (batch 2, units 4)",
+         "translator((ctx, tin)) eager", _K,
+         "benchmarks.eager:eager_call", "eager_tiny"),
+    Case("predict_tiny", "Seq2Seq eager call, tiny (batch 2, units 4)",
+         "translator.predict_on_batch", _K,
+         "benchmarks.eager:predict_on_batch", "eager_tiny"),
+    Case("eager_call", "Seq2Seq eager call, tutorial sizes",
+         "translator((ctx, tin)) eager", _K,
+         "benchmarks.eager:eager_call", "seq2seq"),
+    Case("predict", "Seq2Seq eager call, tutorial sizes",
+         "translator.predict_on_batch", _K,
+         "benchmarks.eager:predict_on_batch", "seq2seq"),
 )  # fmt: skip
 
 CASES_BY_NAME = {case.name: case for case in CASES}

@@ -244,6 +244,20 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
                 note="reference: dense gradient and Adam update",
             )
         )
+    for eager, predict, sizes in (
+        ("eager_call_tiny", "predict_tiny", "tiny"),
+        ("eager_call", "predict", "tutorial sizes"),
+    ):
+        for b in backends:
+            rows.append(
+                _target(
+                    f"Eager call / predict_on_batch time, {sizes}",
+                    b,
+                    _ratio(_ms(table, eager, b), _ms(table, predict, b)),
+                    3.0,
+                    "<=",
+                )
+            )
     return rows
 
 

@@ -260,3 +260,45 @@ def test_docs_section_is_the_newest_committed_run():
     start = text.index(report.DOCS_START) + len(report.DOCS_START) + 1
     section = text[start : text.index(report.DOCS_END)]
     assert report.markdown(doc["results"], doc["targets"], doc) == section
+
+
+def test_eager_call_targets():
+    # Issue 17: an eager call costs at most 3x predict_on_batch.
+    results = [
+        report.derive(r)
+        for r in [
+            _ok("eager_call_tiny", "jax", 1.2),
+            _ok("predict_tiny", "jax", 0.6),
+            _ok("eager_call_tiny", "torch", 35.0),
+            _ok("predict_tiny", "torch", 7.0),
+            _ok("eager_call", "tensorflow", 3.0),
+        ]
+    ]
+    targets = report.evaluate_targets(results)
+    jax_tiny = _target(
+        targets, "Eager call / predict_on_batch time, tiny", "jax"
+    )
+    assert jax_tiny["value"] == pytest.approx(2.0) and jax_tiny["met"] == "yes"
+    assert jax_tiny["goal"] == "<= 3"
+    torch_tiny = _target(
+        targets, "Eager call / predict_on_batch time, tiny", "torch"
+    )
+    assert torch_tiny["value"] == pytest.approx(5.0)
+    assert torch_tiny["met"] == "no"
+    # No predict measured: not evaluated.
+    tf_full = _target(
+        targets, "Eager call / predict_on_batch time, tutorial", "tensorflow"
+    )
+    assert tf_full["met"] == "n/a"
+
+
+def test_eager_case_reports_first_call_and_memory():
+    # The case itself, at its quick sizes, on this backend.
+    from benchmarks import cases
+    from benchmarks import eager
+
+    sizes = cases.sizes_for(cases.CASES_BY_NAME["eager_call_tiny"], True)
+    record = eager.eager_call(sizes, cases.timing_for(True))
+    assert record["steps"] == 2
+    assert record["first_call_ms"] > 0 and record["median_ms"] > 0
+    assert isinstance(record["rss_growth_mb"], float)

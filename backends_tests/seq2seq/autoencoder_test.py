@@ -83,10 +83,6 @@ def test_model_contract(rng):
         expected_num_trainable_weights=2,  # the output Dense only
         expected_num_non_trainable_weights=7,
         expected_mask=False,
-        # `Autoencoder(dtype=...)` does not reach its sublayers (they are
-        # made without it): its mixed precision is pinned under a global
-        # policy in reliability/mixed_precision_test.py.
-        run_precision_check=False,
         # Training with a frozen pretrained encoder is pinned in
         # translator_test.py (the encoder's weights stay bit-identical).
         run_training_check=False,

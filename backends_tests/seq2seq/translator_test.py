@@ -283,10 +283,6 @@ def test_model_contract(rng):
         expected_num_trainable_weights=7 + 16,
         expected_num_non_trainable_weights=0,
         expected_mask=False,
-        # `Translator(dtype=...)` does not reach its encoder and decoder:
-        # its mixed precision is pinned under a global policy in
-        # reliability/mixed_precision_test.py.
-        run_precision_check=False,
         # Training is pinned above: every weight gets a gradient, and fit
         # moves exactly the trainable ones (freezing tests).
         run_training_check=False,

@@ -1,5 +1,8 @@
 """Compiling an inference function that reads Keras variables."""
 
+from keras.src.backend.common.stateless_scope import in_stateless_scope
+from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+
 from kmodels.backend import native
 
 
@@ -17,3 +20,23 @@ def compile_reader(fn, variables):
         variables: the Keras variables `fn` reads.
     """
     return native.compiled.compile_reader(fn, variables)
+
+
+def may_compile_eager_call(values):
+    """True when a layer call on `values` may run a compiled function.
+
+    `values` are the call's input tensors (backend tensors, NumPy arrays
+    already converted). True when every one holds data and the call runs
+    eagerly at the top level: not inside a `tf.function`, a JAX trace
+    (`jax.jit`, `jax.grad`: the inputs are tracers), a
+    `keras.StatelessScope` (`stateless_call`, JAX's `fit`) or a symbolic
+    (functional) call. An active `tf.GradientTape` is allowed: a
+    `tf.function` call is differentiable. Always False on torch, whose
+    eager call is fast and differentiable as it is.
+
+    Args:
+        values: the flattened input tensors of the call.
+    """
+    if in_stateless_scope() or in_symbolic_scope():
+        return False
+    return native.compiled.may_compile_eager_call(values)

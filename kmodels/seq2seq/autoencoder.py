@@ -10,6 +10,7 @@ from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
+from kmodels.seq2seq import eager_cache
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import without_mask
 
@@ -53,7 +54,12 @@ class Autoencoder(ContractModel, SavingModel, keras.Model):
         units = check_optional_int(units, "units", owner)
         value = encoder_or_vocabulary_size
         if isinstance(value, dict):
-            value = keras.saving.deserialize_keras_object(value)
+            # Left unbuilt: this model's `build` builds it under its name
+            # scope, so the weights keep their paths through a `.keras`
+            # round trip.
+            value = keras.saving.deserialize_keras_object(
+                {k: v for k, v in value.items() if k != "build_config"}
+            )
         if isinstance(value, Encoder):
             if units is not None and units != value.units:
                 raise ValueError(
@@ -73,12 +79,15 @@ class Autoencoder(ContractModel, SavingModel, keras.Model):
             encoder = None
         super().__init__(**kwargs)
         if encoder is None:
-            encoder = Encoder(vocabulary_size, units, name="encoder")
+            # Sublayers take the model's dtype policy.
+            encoder = Encoder(
+                vocabulary_size, units, dtype=self.dtype_policy, name="encoder"
+            )
         self.encoder = encoder
         self.vocabulary_size = self.encoder.vocabulary_size
         self.units = self.encoder.units
         self.output_layer = keras.layers.Dense(
-            self.vocabulary_size, name="output_layer"
+            self.vocabulary_size, dtype=self.dtype_policy, name="output_layer"
         )
 
     def build(self, tokens_shape):
@@ -90,8 +99,11 @@ class Autoencoder(ContractModel, SavingModel, keras.Model):
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
-        return guarded_call(self, super().__call__, args, kwargs)
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
+        # call then runs compiled, once traced per input signature
+        # (kmodels.seq2seq.eager_cache).
+        call = eager_cache.eager_call(self, super().__call__)
+        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         tokens = arguments.get("tokens")

@@ -8,6 +8,7 @@ from kmodels.backend.rnn import is_eager_right_padded
 from kmodels.contracts.checks import check_attention_inputs
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
+from kmodels.seq2seq import eager_cache
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.encoder import gather_steps
 from kmodels.seq2seq.masking import padding_mask
@@ -112,8 +113,11 @@ class Decoder(keras.layers.Layer):
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
-        return guarded_call(self, super().__call__, args, kwargs)
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
+        # call then runs compiled, once traced per input signature
+        # (kmodels.seq2seq.eager_cache).
+        call = eager_cache.eager_call(self, super().__call__)
+        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         check_attention_inputs(

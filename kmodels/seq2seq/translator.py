@@ -25,6 +25,7 @@ from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
+from kmodels.seq2seq import eager_cache
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import padding_mask
@@ -131,7 +132,12 @@ class Translator(ContractModel, SavingModel, keras.Model):
                 f"{start_id} for both."
             )
         if isinstance(encoder, dict):
-            encoder = keras.saving.deserialize_keras_object(encoder)
+            # Left unbuilt: this model's `build` builds it under its name
+            # scope, so the weights keep their paths through a `.keras`
+            # round trip.
+            encoder = keras.saving.deserialize_keras_object(
+                {k: v for k, v in encoder.items() if k != "build_config"}
+            )
         if encoder is not None:
             if not isinstance(encoder, Encoder):
                 raise ValueError(
@@ -165,11 +171,19 @@ class Translator(ContractModel, SavingModel, keras.Model):
         self.units = units
         self.start_id = start_id
         self.end_id = end_id
+        # Sublayers take the model's dtype policy (`Translator(dtype=
+        # "mixed_float16")`), as keras-hub's layers pass theirs on.
         self.encoder = encoder or Encoder(
-            self.context_vocabulary_size, self.units, name="encoder"
+            self.context_vocabulary_size,
+            self.units,
+            dtype=self.dtype_policy,
+            name="encoder",
         )
         self.decoder = Decoder(
-            self.target_vocabulary_size, self.units, name="decoder"
+            self.target_vocabulary_size,
+            self.units,
+            dtype=self.dtype_policy,
+            name="decoder",
         )
         self._generators = {}
 
@@ -182,8 +196,11 @@ class Translator(ContractModel, SavingModel, keras.Model):
 
     def __call__(self, *args, **kwargs):
         # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts.
-        return guarded_call(self, super().__call__, args, kwargs)
+        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
+        # call then runs compiled, once traced per input signature
+        # (kmodels.seq2seq.eager_cache).
+        call = eager_cache.eager_call(self, super().__call__)
+        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         if arguments.get("inputs") is not None:

@@ -2,6 +2,7 @@
 
 import jax
 import keras
+from jax._src import core as jax_core
 
 
 def compile_reader(fn, variables):
@@ -19,3 +20,14 @@ def compile_reader(fn, variables):
         return jitted([v.value for v in variables], *args)
 
     return call
+
+
+def may_compile_eager_call(values):
+    # Inside jax.jit / grad / vmap the inputs are tracers; a concrete value
+    # closed over by a traced function is caught by the trace state.
+    if not jax_core.trace_state_clean():
+        return False
+    return all(
+        isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer)
+        for v in values
+    )
