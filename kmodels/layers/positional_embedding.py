@@ -220,11 +220,14 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        embedding = keras.saving.serialize_keras_object(self.embedding)
+        # This layer's `build` builds the embedding (under its name scope:
+        # the weights keep their paths), so the config never says how, and
+        # `from_config(config).get_config() == config` built or not.
+        embedding.pop("build_config", None)
         config.update(
             {
-                "embedding": keras.saving.serialize_keras_object(
-                    self.embedding
-                ),
+                "embedding": embedding,
                 "sequence_length": self.sequence_length,
                 "position": self.position,
                 "merge": self.merge,
