@@ -6,17 +6,16 @@ from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.contracts.checks import check_autoencoder_batch
 from kmodels.contracts.checks import check_ids
-from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
-from kmodels.seq2seq import eager_cache
+from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import without_mask
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Autoencoder(ContractModel, SavingModel, keras.Model):
+class Autoencoder(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
     """An `Encoder` plus `Dense(vocabulary_size)`: logits for the input ids.
 
     Trained with `masked_loss(tokens, model(tokens))`, it pretrains the
@@ -96,14 +95,6 @@ class Autoencoder(ContractModel, SavingModel, keras.Model):
             self.encoder.build(tokens_shape)
         self.output_layer.build(tokens_shape + (self.units,))
         finish_build(self)
-
-    def __call__(self, *args, **kwargs):
-        # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
-        # call then runs compiled, once traced per input signature
-        # (kmodels.seq2seq.eager_cache).
-        call = eager_cache.eager_call(self, super().__call__)
-        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         tokens = arguments.get("tokens")

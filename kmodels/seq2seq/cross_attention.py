@@ -5,14 +5,13 @@ from keras import ops
 
 from kmodels.arguments import check_int
 from kmodels.contracts.checks import check_attention_inputs
-from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
-from kmodels.seq2seq import eager_cache
+from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.masking import masks_hidden
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class CrossAttention(keras.layers.Layer):
+class CrossAttention(CheckedEagerCall, keras.layers.Layer):
     """Single-head attention over a context, with a residual and LayerNorm.
 
     `MultiHeadAttention(key_dim=units, num_heads=1)` with the decoder states
@@ -85,14 +84,6 @@ class CrossAttention(keras.layers.Layer):
         self.layernorm.build(x_shape)
         self.add.build([x_shape, x_shape])
         finish_build(self)
-
-    def __call__(self, *args, **kwargs):
-        # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
-        # call then runs compiled, once traced per input signature
-        # (kmodels.seq2seq.eager_cache).
-        call = eager_cache.eager_call(self, super().__call__)
-        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         check_attention_inputs(

@@ -6,17 +6,16 @@ from keras import ops
 from kmodels.arguments import check_int
 from kmodels.backend.rnn import is_eager_right_padded
 from kmodels.contracts.checks import check_attention_inputs
-from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
-from kmodels.seq2seq import eager_cache
 from kmodels.seq2seq.cross_attention import CrossAttention
+from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import gather_steps
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Decoder(keras.layers.Layer):
+class Decoder(CheckedEagerCall, keras.layers.Layer):
     """Predicts next-token logits from target ids and an encoder context.
 
     `Embedding(mask_zero=True)`, `GRU(units, return_sequences=True,
@@ -110,14 +109,6 @@ class Decoder(keras.layers.Layer):
         self.attention.build(hidden_shape, tuple(context_shape))
         self.output_layer.build(hidden_shape)
         finish_build(self)
-
-    def __call__(self, *args, **kwargs):
-        # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
-        # call then runs compiled, once traced per input signature
-        # (kmodels.seq2seq.eager_cache).
-        call = eager_cache.eager_call(self, super().__call__)
-        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         check_attention_inputs(

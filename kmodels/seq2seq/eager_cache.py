@@ -35,6 +35,7 @@ from keras.src.backend import get_keras_mask
 from keras.src.backend import set_keras_mask
 
 from kmodels.backend import compiled
+from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.checks import inputs_checked
 
 # The switch: False runs every call uncompiled (tests compare both paths).
@@ -219,3 +220,15 @@ def _compile(layer, call, args, kwargs, dynamic, masks):
         return outputs, output_masks
 
     return compiled.compile_reader(run, layer.variables)
+
+
+class CheckedEagerCall:
+    """The `__call__` of the seq2seq layers and models (put first among the
+    bases): the concrete inputs are checked before Keras converts them
+    (JAX casts int64 NumPy ids to int32, wrapping; `kmodels.contracts`),
+    then an eager call runs compiled, traced once per input signature
+    (`eager_call`)."""
+
+    def __call__(self, *args, **kwargs):
+        call = eager_call(self, super().__call__)
+        return guarded_call(self, call, args, kwargs)

@@ -6,15 +6,14 @@ from keras import ops
 from kmodels.arguments import check_int
 from kmodels.backend.rnn import is_eager_right_padded
 from kmodels.contracts.checks import check_ids
-from kmodels.contracts.checks import guarded_call
 from kmodels.layers.sublayers import finish_build
-from kmodels.seq2seq import eager_cache
+from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Encoder(keras.layers.Layer):
+class Encoder(CheckedEagerCall, keras.layers.Layer):
     """Encodes padded token ids into a context sequence.
 
     `Embedding(mask_zero=True)` then `Bidirectional(GRU(units,
@@ -95,14 +94,6 @@ class Encoder(keras.layers.Layer):
         self.embedding.build(tokens_shape)
         self.rnn.build(tokens_shape + (self.units,))
         finish_build(self)
-
-    def __call__(self, *args, **kwargs):
-        # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
-        # call then runs compiled, once traced per input signature
-        # (kmodels.seq2seq.eager_cache).
-        call = eager_cache.eager_call(self, super().__call__)
-        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         tokens = arguments.get("tokens")

@@ -21,12 +21,11 @@ from kmodels.backend.compiled import compile_reader
 from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.checks import checked
-from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.hook import ContractModel
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
-from kmodels.seq2seq import eager_cache
 from kmodels.seq2seq.decoder import Decoder
+from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import padding_mask
 
@@ -47,7 +46,7 @@ def check_token_range(
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Translator(ContractModel, SavingModel, keras.Model):
+class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
     """Attention-based sequence-to-sequence model returning logits.
 
     An `Encoder` over the context ids and a `Decoder` over the (shifted)
@@ -193,14 +192,6 @@ class Translator(ContractModel, SavingModel, keras.Model):
             self.encoder.build(context_shape)
         self.decoder.build(context_shape + (self.units,), target_shape)
         finish_build(self)
-
-    def __call__(self, *args, **kwargs):
-        # Concrete inputs are checked before Keras converts them (JAX casts
-        # int64 NumPy ids to int32, wrapping): kmodels.contracts. An eager
-        # call then runs compiled, once traced per input signature
-        # (kmodels.seq2seq.eager_cache).
-        call = eager_cache.eager_call(self, super().__call__)
-        return guarded_call(self, call, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
         if arguments.get("inputs") is not None:
