@@ -20,6 +20,7 @@ BACKENDS = kmodels.BACKENDS
 MODULES = {
     "compiled",
     "contracts",
+    "decoding",
     "gradients",
     "growth",
     "replicas",

@@ -217,9 +217,22 @@ def test_the_least_recently_used_signature_is_dropped(rng, monkeypatch):
     encoder = Encoder(VOCAB_C, UNITS)
     for length in (3, 4, 5, 3):
         encoder(_ids(rng, (2, length), VOCAB_C, ()))
-    # Built by the first call; then 4, 5, and 3 again (dropped by 5).
-    assert eager_cache.trace_count(encoder) == _expected_traces(3)
-    assert eager_cache.signature_count(encoder) == min(2, _expected_traces(3))
+    # 3 (the first call builds the layer symbolically, then traces), 4, 5,
+    # and 3 again (dropped by 5).
+    assert eager_cache.trace_count(encoder) == _expected_traces(4)
+    assert eager_cache.signature_count(encoder) == min(2, _expected_traces(4))
+
+
+def test_the_first_call_builds_symbolically_then_runs_compiled(rng):
+    encoder = Encoder(VOCAB_C, UNITS)
+    tokens = _ids(rng, (2, 4), VOCAB_C, ())
+    first = np_(encoder(tokens))
+    # One trace, by the first call: it did not run uncompiled.
+    assert encoder.built
+    assert eager_cache.trace_count(encoder) == _expected_traces(1)
+    np.testing.assert_allclose(
+        first, np_(_uncached(lambda: encoder(tokens))), rtol=RTOL, atol=ATOL
+    )
 
 
 def test_no_compiled_call_inside_someone_elses_trace(rng):

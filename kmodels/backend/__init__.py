@@ -32,7 +32,11 @@ function, hold what is the same on every backend, and call
 - `replicas`: sums over the replicas of a `tf.distribute` step (the
   identity elsewhere).
 - `compiled`: one compiled function that reads Keras variables
-  (`tf.function`, `jax.jit`; eager on torch).
+  (`tf.function`, `jax.jit`; eager on torch); generation loops with XLA on
+  TensorFlow.
+- `decoding`: the greedy generation loop in torch operations (torch runs
+  `Translator.generate` eagerly, where Keras' per-layer overhead dominates);
+  None elsewhere.
 - `rnn`: whether a recurrent layer may run its unmasked (faster) path on a
   right-padded batch (torch only).
 - `virtual_devices`: several CPU devices in one process

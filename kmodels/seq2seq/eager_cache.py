@@ -18,10 +18,13 @@ sets them. `fit`, `predict`, `generate` and custom training loops trace the
 layers themselves and see no change; a `tf.GradientTape` differentiates
 through the compiled call. torch always runs the uncompiled call.
 
-A call falls back to the uncompiled one when the layer is not built yet
-(the first call builds it), when an input is not an array (a Python list of
-ids), when it is nested in another kmodels layer's call (the outer call is
-the one compiled) or when `ENABLED` is False (`with disabled(): ...`).
+A layer that is not built yet is built by a functional call on the
+inputs' shapes and dtypes, then its call is compiled as above (an uncompiled
+first call would compile each recurrent scan op by op on JAX, for seconds).
+A call falls back to the uncompiled one when an input is not an array (a
+Python list of ids), when it is nested in another kmodels layer's call (the
+outer call is the one compiled) or when `ENABLED` is False
+(`with disabled(): ...`).
 """
 
 import collections
@@ -128,9 +131,14 @@ def _split(args, kwargs):
 
 
 def _call(layer, call, *args, **kwargs):
-    split = _split(args, kwargs) if layer.built else None
+    split = _split(args, kwargs)
     if split is None:
         return call(*args, **kwargs)
+    if not layer.built:
+        # Built by a functional call on the inputs' specs: a first eager
+        # call would run the layers uncompiled (on JAX it compiles every
+        # recurrent scan op by op: seconds), only to be traced again.
+        _build_symbolically(call, args, kwargs)
     static, dynamic = split
     leaves = [
         keras.ops.convert_to_tensor(leaf)
@@ -170,6 +178,20 @@ def _call(layer, call, *args, **kwargs):
         if mask is not None:
             set_keras_mask(tensor, mask)
     return outputs
+
+
+def _build_symbolically(call, args, kwargs):
+    def symbolic(value):
+        if not _is_array(value):
+            return value
+        return keras.KerasTensor(
+            value.shape, keras.backend.standardize_dtype(value.dtype)
+        )
+
+    call(
+        *keras.tree.map_structure(symbolic, list(args)),
+        **keras.tree.map_structure(symbolic, dict(kwargs)),
+    )
 
 
 def _spec(tensor):

@@ -2,6 +2,7 @@
 
 from kmodels.backend.jax import compiled
 from kmodels.backend.jax import contracts
+from kmodels.backend.jax import decoding
 from kmodels.backend.jax import gradients
 from kmodels.backend.jax import growth
 from kmodels.backend.jax import replicas

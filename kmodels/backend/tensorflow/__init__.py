@@ -2,6 +2,7 @@
 
 from kmodels.backend.tensorflow import compiled
 from kmodels.backend.tensorflow import contracts
+from kmodels.backend.tensorflow import decoding
 from kmodels.backend.tensorflow import gradients
 from kmodels.backend.tensorflow import growth
 from kmodels.backend.tensorflow import replicas

@@ -11,6 +11,12 @@ def compile_reader(fn, variables):
     return tf.function(fn, reduce_retracing=True, autograph=False)
 
 
+def compile_inference_loop(fn, variables):
+    return tf.function(
+        fn, reduce_retracing=True, autograph=False, jit_compile=True
+    )
+
+
 def may_compile_eager_call(values):
     # Under a tf.function nothing is eager; a tf.GradientTape differentiates
     # through a tf.function call, so it does not prevent compiling. A

@@ -2,6 +2,7 @@
 
 from kmodels.backend.torch import compiled
 from kmodels.backend.torch import contracts
+from kmodels.backend.torch import decoding
 from kmodels.backend.torch import gradients
 from kmodels.backend.torch import growth
 from kmodels.backend.torch import replicas

@@ -6,6 +6,10 @@ def compile_reader(fn, variables):
     return fn
 
 
+def compile_inference_loop(fn, variables):
+    return compile_reader(fn, variables)
+
+
 def may_compile_eager_call(values):
     # torch's eager call is already fast and differentiable: never compiled.
     return False
