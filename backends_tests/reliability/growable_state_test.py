@@ -129,16 +129,16 @@ _G = "GrowableEmbedding"
         ),
         (
             (4,),
-            {"optimizer": ("sgd", {"momentum": 0.9})},
+            {"optimizer": ("sgd", {"beta_1": 0.9})},
             f"{_G}: "
-            "`optimizer` 'sgd' takes hyperparameters ['learning_rate']; got "
-            "unknown ['momentum'].",
+            "`optimizer` 'sgd' takes hyperparameters ['learning_rate', "
+            "'momentum', 'nesterov']; got unknown ['beta_1'].",
         ),
         (
             (4,),
             {"optimizer": ("rmsprop", {})},
             f"{_G}: `optimizer` must be "
-            "one of ('sgd', 'adam'); got 'rmsprop' (str).",
+            "one of ('sgd', 'adagrad', 'adam'); got 'rmsprop' (str).",
         ),
         (
             (4,),

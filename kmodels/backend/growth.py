@@ -127,13 +127,16 @@ def is_concrete(x):
     return native.growth.is_concrete(x)
 
 
-def wrap_train_function(model, controller):
+def wrap_train_function(model, controller, retrace=False):
     """Installs `controller` in front of `model.train_function`.
 
     Before each compiled step, `controller.plan(batches)` gets the batches
     the step is about to consume (concrete data); when it returns a non-empty
     plan, the model's state is written back to its variables (JAX),
     `controller.apply(plan)` grows the tables, and the step is recompiled for
-    the new shapes. Returns a function that removes the hook.
+    the new shapes. `retrace=True` drops the compiled step of an earlier
+    `fit` first: a table's rule changed (`GrowableEmbedding.
+    follow_optimizer`), and a traced step holds its constants. Returns a
+    function that removes the hook.
     """
-    return native.growth.wrap_train_function(model, controller)
+    return native.growth.wrap_train_function(model, controller, retrace)

@@ -32,6 +32,11 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     `keras.distribution` (JAX) a grown table keeps its layout: sharded by
     rows (capacity a multiple of the shards) or replicated.
 
+    When `fit` starts, each table built with `optimizer=None` reads the
+    model's optimizer (`GrowableEmbedding.follow_optimizer`: kind,
+    hyperparameters, schedule; an FTRL, Lion, ... raises a `ValueError`);
+    a rule that changed since the last `fit` retraces the compiled step.
+
     The hook finds each table's ids in the batch by following the
     functional graph from the model's inputs; for other models, or ids that
     are computed inside the model, pass `ids`.
@@ -84,12 +89,19 @@ class EmbeddingGrowth(keras.callbacks.Callback):
                 f"'{model.name}'."
             )
         self._locators = {t.name: self._locator(model, t) for t in self._tables}
+        retrace = False
         for table in self._tables:
             if not table.built:
                 table.build()
+            # optimizer=None: the model's optimizer, read now.
+            if table.optimizer is None:
+                retrace |= table.follow_optimizer(model.optimizer)
+        for table in self._tables:
             table.managed_growth = True
         self._steps = 0
-        self._unwrap = growth_backend.wrap_train_function(model, self)
+        self._unwrap = growth_backend.wrap_train_function(
+            model, self, retrace=retrace
+        )
 
     def on_train_end(self, logs=None):
         self._release()

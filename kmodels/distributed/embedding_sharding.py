@@ -6,7 +6,7 @@ import re
 # optimizer's moments of `kmodels.layers.GrowableEmbedding` (the model
 # optimizer's slots of a plain `Embedding` take the table's layout by
 # themselves: Keras creates them with the layout of their variable).
-_ROW_VARIABLES = ("embeddings", "momentum", "velocity")
+_ROW_VARIABLES = ("embeddings", "momentum", "velocity", "accumulator")
 
 
 def shard_embedding_rows(layout_map, *layers, axis="model"):

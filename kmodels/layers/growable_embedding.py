@@ -14,6 +14,7 @@ from kmodels.arguments import check_float
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.backend import growth as growth_backend
+from kmodels.backend.common import sparse_rules
 from kmodels.contracts.checks import check_growable_ids
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.key_index import KeyIndex
@@ -73,11 +74,20 @@ class GrowableEmbedding(keras.layers.Layer):
     many recompilations. Row `i` starts from values that depend only on
     `(seed, i)`, not on the capacity: a grown table equals a pre-sized one.
 
-    The table trains with its own row-sparse optimizer (`"sgd"` or `"adam"`,
-    lazy Adam as in TensorFlow Addons' `LazyAdam`: only the rows of the
-    batch move, their moments live in the layer and grow with the table), so
-    a train step costs in proportion to the ids in the batch, not to the
-    table. The model's optimizer does not touch the table.
+    The table trains with its own row-sparse optimizer: SGD (with momentum,
+    optionally Nesterov), Adagrad or Adam, each with a constant learning
+    rate or any `keras.optimizers.schedules.LearningRateSchedule`. Only the
+    rows of the batch move ("lazy", as TensorFlow Addons' `LazyAdam`: a row
+    absent from a batch keeps its values and slots); the slots (momentum,
+    Adagrad's accumulator, Adam's moments) are per row, live in the layer,
+    grow with the table and are saved with it. So a train step costs in
+    proportion to the ids in the batch, not to the table. A schedule is
+    evaluated at the table's own `step` (the number of sparse updates it has
+    taken, saved with the model), as Keras evaluates it at
+    `optimizer.iterations`. `optimizer=None` follows the model's optimizer:
+    its kind, hyperparameters and schedule are read when `fit` starts (by
+    `kmodels.callbacks.EmbeddingGrowth`, or `follow_optimizer`). The model's
+    optimizer itself never touches the table.
 
     At inference (`training=False`, `predict`, `evaluate`) the table never
     grows; ids past the capacity are "unseen" and get zeros (`unseen=
@@ -99,8 +109,9 @@ class GrowableEmbedding(keras.layers.Layer):
     The arguments are checked at construction, with the same `ValueError`
     on every backend: sizes must be integers >= 1 (`2.5`, `"8"` and `True`
     are refused, not truncated), `growth_factor` a finite number > 1, the
-    table optimizer's learning rate and epsilon finite and > 0, its betas
-    in `[0, 1)`, and its hyperparameter names known.
+    table optimizer's learning rate (unless a schedule) and epsilon finite
+    and > 0, its betas in `[0, 1)`, momentum in `[0, 1]`, Adagrad's
+    initial accumulator >= 0, and its hyperparameter names known.
 
     The saved state (table, optimizer slots, step) carries a CRC32
     checksum per entry: loading checks it and the shapes before it changes
@@ -117,9 +128,14 @@ class GrowableEmbedding(keras.layers.Layer):
             `[-0.05, 0.05]`), `"normal"` (stddev 0.05), `"zeros"`, or a
             `keras.initializers.RandomUniform` / `RandomNormal` / `Zeros`;
             all are drawn row by row from `seed`.
-        optimizer: `"adam"` (default), `"sgd"`, or a `keras.optimizers.SGD`
-            (no momentum) / `keras.optimizers.Adam` with a constant learning
-            rate: the table's sparse optimizer.
+        optimizer: the table's sparse optimizer: `"adam"` (default),
+            `"adagrad"`, `"sgd"`; a `(kind, hyperparameters)` pair such as
+            `("sgd", {"learning_rate": 0.1, "momentum": 0.9})`; a
+            `keras.optimizers.SGD` / `Adagrad` / `Adam` (its learning rate
+            a float or a `LearningRateSchedule`; no weight decay, clipping,
+            EMA, gradient accumulation or amsgrad); or `None`: follow the
+            model's optimizer (same kind, hyperparameters and schedule,
+            read when `fit` starts; it must be an SGD, Adagrad or Adam).
         unseen: `"zeros"`, `"oov"` or `"error"`: what inference returns for
             ids past the capacity.
         oov_id: int or `None`. The reserved row used when `unseen="oov"`;
@@ -155,6 +171,10 @@ class GrowableEmbedding(keras.layers.Layer):
 
     References:
         - Kingma and Ba, "Adam: A Method for Stochastic Optimization", 2015.
+        - Duchi, Hazan and Singer, "Adaptive Subgradient Methods for Online
+          Learning and Stochastic Optimization" (Adagrad), 2011.
+        - Sutskever et al., "On the importance of initialization and
+          momentum in deep learning", 2013.
         - TensorFlow Recommenders-Addons `dynamic_embedding`; TorchRec
           managed collision modules (growth and remapping between steps).
     """
@@ -220,6 +240,12 @@ class GrowableEmbedding(keras.layers.Layer):
             self.embeddings_initializer
         )
         self.optimizer = table_optimizer
+        # `optimizer=None`: the model optimizer's (kind, hyperparameters),
+        # read when fit starts (`follow_optimizer`).
+        self._followed = None
+        # Rows of a slot (by name) grown or loaded before the followed rule
+        # was known: they get the rule's initial value when it is.
+        self._unset_from = {}
         self.unseen = unseen
         self.oov_id = oov_id
         self.mask_zero = mask_zero
@@ -257,10 +283,16 @@ class GrowableEmbedding(keras.layers.Layer):
             # the looked-up rows to the compute dtype.
             autocast=False,
         )
+        # `optimizer=None`: every slot a followed rule may need, with no
+        # rows until `follow_optimizer` knows the rule (the variables must
+        # exist before the model's optimizer is built, JAX tracks them).
+        rows = 0 if self.optimizer is None else capacity
         self.slot_variables = [
             self.add_weight(
-                shape=(capacity, self.output_dim),
-                initializer="zeros",
+                shape=(rows, self.output_dim),
+                initializer=keras.initializers.Constant(
+                    self._slot_initial_value(name) or 0.0
+                ),
                 name=name,
                 trainable=trainable,
                 overwrite_with_gradient=trainable,
@@ -283,7 +315,124 @@ class GrowableEmbedding(keras.layers.Layer):
         self.built = True
 
     def _slot_names(self):
-        return ("momentum", "velocity") if self.optimizer[0] == "adam" else ()
+        """Names of `slot_variables`, in order."""
+        if self.optimizer is None:
+            return _FOLLOWED_SLOTS
+        return sparse_rules.slot_names(*self.optimizer)
+
+    def _slot_initial_value(self, name):
+        """Value of a fresh row of slot `name`; `None` while `optimizer=None`
+        has not followed a rule yet."""
+        rule = self.table_optimizer
+        if rule is None:
+            return None if name == "accumulator" else 0.0
+        return sparse_rules.slot_initial_value(*rule, name)
+
+    @property
+    def table_optimizer(self):
+        """`(kind, hyperparameters)` of the rule the table trains with:
+        `optimizer`'s, or with `optimizer=None` the model optimizer's as
+        read by `follow_optimizer` (`None` before)."""
+        if self.optimizer is not None:
+            return self.optimizer
+        return self._followed
+
+    @property
+    def trained_slots(self):
+        """The slot variables the sparse update reads and writes, in the
+        order of its rule (a subset of `slot_variables` with
+        `optimizer=None`)."""
+        rule = self.table_optimizer
+        if rule is None:
+            return []
+        slots = dict(zip(self._slot_names(), self.slot_variables))
+        return [slots[name] for name in sparse_rules.slot_names(*rule)]
+
+    def follow_optimizer(self, optimizer):
+        """With `optimizer=None`, makes the table train with the rule of the
+        Keras `optimizer` (the model's): same kind, hyperparameters and
+        learning-rate schedule. `kmodels.callbacks.EmbeddingGrowth` calls it
+        when `fit` starts; a custom training loop calls it before training.
+
+        The slots of the rule keep their rows when the table already holds
+        that rule's state (a later `fit`, a loaded model); otherwise they,
+        and the step, start fresh (zero; Adagrad's accumulator at its
+        `initial_accumulator_value`), as a new Keras optimizer would. Does
+        nothing for a table with its own optimizer.
+
+        Args:
+            optimizer: a `keras.optimizers.SGD`, `Adagrad` or `Adam` (a
+                `LossScaleOptimizer` is read through).
+
+        Returns:
+            bool: whether the rule changed (a compiled step traced before
+            must be traced again).
+
+        Raises:
+            ValueError: another optimizer (FTRL, Lion, ...), or settings
+                the sparse rule does not apply (weight decay, clipping).
+
+        Example:
+
+        ```python
+        table = kmodels.layers.GrowableEmbedding(8, optimizer=None)
+        table.follow_optimizer(keras.optimizers.Adagrad(0.05))  # True
+        table.table_optimizer[0]  # "adagrad"
+        ```
+        """
+        if self.optimizer is not None:
+            return False
+        inner = getattr(optimizer, "inner_optimizer", None)
+        rule = _from_keras_optimizer(
+            optimizer if inner is None else inner,
+            f"GrowableEmbedding '{self.name}' has optimizer=None: it follows "
+            "the model's optimizer, which",
+        )
+        if not self.built:
+            self.build()
+        changed = rule != self._followed
+        self._followed = rule
+        needed = sparse_rules.slot_names(*rule)
+        live = [
+            name
+            for name, slot in zip(self._slot_names(), self.slot_variables)
+            if slot.shape[0]
+        ]
+        if sorted(live) != sorted(needed):
+            # Another rule's state, or none yet: the rule starts fresh.
+            for name, slot in zip(self._slot_names(), self.slot_variables):
+                rows = self.capacity if name in needed else 0
+                growth_backend.resize_variable(
+                    slot, self._fresh_slot_rows(name, 0, rows, slot.dtype)
+                )
+            self.step.assign(0.0)
+            self._unset_from = {}
+            return True
+        for name, start in self._unset_from.items():
+            slot = dict(zip(self._slot_names(), self.slot_variables))[name]
+            kept = ops.convert_to_numpy(slot.value)[:start]
+            growth_backend.resize_variable(
+                slot,
+                np.concatenate(
+                    [
+                        kept,
+                        self._fresh_slot_rows(
+                            name, start, self.capacity, kept.dtype
+                        ),
+                    ]
+                ),
+            )
+        self._unset_from = {}
+        return changed
+
+    def _fresh_slot_rows(self, name, start, stop, dtype):
+        """Rows `start..stop-1` of a fresh slot `name`."""
+        value = self._slot_initial_value(name)
+        if value is None:
+            # Not known yet (`optimizer=None`): filled in when it is.
+            self._unset_from.setdefault(name, start)
+            value = 0.0
+        return np.full((stop - start, self.output_dim), value, dtype)
 
     def _initial_rows(self, start, stop):
         dim = self.output_dim
@@ -402,9 +551,12 @@ class GrowableEmbedding(keras.layers.Layer):
         growth_backend.append_rows(
             self.embeddings, self._initial_rows(old, capacity)
         )
-        for slot in self.slot_variables:
-            pad = np.zeros((capacity - old, self.output_dim), slot.dtype)
-            growth_backend.append_rows(slot, pad)
+        for name, slot in zip(self._slot_names(), self.slot_variables):
+            if not slot.shape[0]:
+                continue  # a followed rule's slot not in use
+            growth_backend.append_rows(
+                slot, self._fresh_slot_rows(name, old, capacity, slot.dtype)
+            )
 
     @property
     def growths(self):
@@ -462,6 +614,8 @@ class GrowableEmbedding(keras.layers.Layer):
             )
             rows = ops.where(ops.expand_dims(seen, -1), rows, 0)
         elif training and self.trainable:
+            if self.table_optimizer is None:
+                raise ValueError(unfollowed_optimizer_error(self.name))
             if self.compute_dtype == "float16" and not self._warned_float16:
                 self._warned_float16 = True
                 warnings.warn(float16_warning(self.name), stacklevel=2)
@@ -507,7 +661,7 @@ class GrowableEmbedding(keras.layers.Layer):
         """One step of the table's optimizer on the rows of `ids` only.
 
         `gather(k, rows)` returns the given rows of the table (`k=0`) or of
-        slot `k - 1`: backends pass a sparse read (reading a whole
+        `trained_slots[k - 1]`: backends pass a sparse read (reading a whole
         TensorFlow variable before an in-place scatter would copy it).
 
         Gradients of repeated ids are summed first (as a dense gradient
@@ -544,25 +698,19 @@ class GrowableEmbedding(keras.layers.Layer):
         rows = ops.segment_max(sorted_ids, segments, n)
         rows = ops.where(valid, rows, sorted_ids[0])
         current = gather(0, rows)
-        kind, hyper = self.optimizer
-        lr = hyper["learning_rate"]
-        old_slots = []
-        if kind == "sgd":
-            new_rows = current - lr * summed
-            new_slots = []
-        else:
-            b1, b2, eps = hyper["beta_1"], hyper["beta_2"], hyper["epsilon"]
-            m = gather(1, rows)
-            v = gather(2, rows)
-            old_slots = [m, v]
-            t = ops.cast(step, self.variable_dtype) + 1.0
-            m = b1 * m + (1.0 - b1) * summed
-            v = b2 * v + (1.0 - b2) * ops.square(summed)
-            alpha = (
-                lr * ops.sqrt(1.0 - ops.power(b2, t)) / (1.0 - ops.power(b1, t))
-            )
-            new_rows = current - alpha * m / (ops.sqrt(v) + eps)
-            new_slots = [m, v]
+        kind, hyper = self.table_optimizer
+        old_slots = [
+            gather(k + 1, rows) for k in range(len(self.trained_slots))
+        ]
+        new_rows, new_slots = sparse_rules.sparse_rule(
+            kind,
+            hyper,
+            step,
+            current,
+            old_slots,
+            summed,
+            self.variable_dtype,
+        )
         if seen is not None:
             # Rows named only by unseen entries: written back unchanged.
             sorted_seen = ops.cast(ops.take(seen, order), "int32")
@@ -588,6 +736,8 @@ class GrowableEmbedding(keras.layers.Layer):
 
     # ---------------------------------------------------------------- saving
     def _entry_names(self):
+        # `optimizer=None`: every slot a followed rule may use, those not in
+        # use with no rows.
         return ("embeddings", *self._slot_names(), "step")
 
     def save_own_variables(self, store):
@@ -620,7 +770,9 @@ class GrowableEmbedding(keras.layers.Layer):
                 f"{table.shape[1]} columns; output_dim={self.output_dim}."
             )
         for name in self._slot_names():
-            if entries[name].shape != table.shape:
+            shape = entries[name].shape
+            unused = self.optimizer is None and shape == (0, table.shape[1])
+            if shape != table.shape and not unused:
                 raise ValueError(
                     f"{where}: saved entry {name!r} (an optimizer slot) has "
                     f"shape {entries[name].shape}; the saved table has "
@@ -638,16 +790,21 @@ class GrowableEmbedding(keras.layers.Layer):
         # the rows growth would have added.
         saved = len(table)
         capacity = _round_up(saved, self.row_multiple)
-        pad = np.zeros((capacity - saved, self.output_dim))
         growth_backend.resize_variable(
             self.embeddings,
             np.concatenate([table, self._initial_rows(saved, capacity)]),
         )
+        if self.optimizer is None:
+            # The saved slots say which rule's state they hold; the next
+            # `follow_optimizer` keeps them if the model's rule is that one.
+            self._followed = None
+            self._unset_from = {}
         for name, slot in zip(self._slot_names(), self.slot_variables):
             values = entries[name]
-            growth_backend.resize_variable(
-                slot, np.concatenate([values, pad.astype(values.dtype)])
-            )
+            if len(values):
+                pad = self._fresh_slot_rows(name, saved, capacity, values.dtype)
+                values = np.concatenate([values, pad])
+            growth_backend.resize_variable(slot, values)
         self.step.assign(entries["step"])
 
     def get_config(self):
@@ -743,7 +900,12 @@ def _row_initializer(initializer):
 
 
 _DEFAULTS = {
-    "sgd": {"learning_rate": 0.01},
+    "sgd": {"learning_rate": 0.01, "momentum": 0.0, "nesterov": False},
+    "adagrad": {
+        "learning_rate": 0.001,
+        "initial_accumulator_value": 0.1,
+        "epsilon": 1e-7,
+    },
     "adam": {
         "learning_rate": 0.001,
         "beta_1": 0.9,
@@ -751,10 +913,37 @@ _DEFAULTS = {
         "epsilon": 1e-7,
     },
 }
+# The slots a followed rule may use (`optimizer=None`).
+_FOLLOWED_SLOTS = ("momentum", "velocity", "accumulator")
+_KERAS_NAMES = "keras.optimizers.SGD, Adagrad or Adam"
+# Keras optimizer settings the sparse rules do not apply.
+_UNSUPPORTED_SETTINGS = (
+    "weight_decay",
+    "clipnorm",
+    "clipvalue",
+    "global_clipnorm",
+    "use_ema",
+    "gradient_accumulation_steps",
+)
+
+
+def unfollowed_optimizer_error(name):
+    """The message of a `GrowableEmbedding(optimizer=None)` that trains
+    before it knows the model's optimizer."""
+    return (
+        f"GrowableEmbedding '{name}' has optimizer=None (follow the model's "
+        "optimizer) but has not read it: kmodels.callbacks.EmbeddingGrowth "
+        "reads it when fit starts. Pass callbacks=[kmodels.callbacks."
+        "EmbeddingGrowth()] to fit, call layer.follow_optimizer(optimizer) "
+        "before a custom training loop, or give the table its own optimizer."
+    )
 
 
 def _table_optimizer(optimizer):
-    """Normalises `optimizer` to `(kind, hyperparameters)`, checked."""
+    """Normalises `optimizer` to `(kind, hyperparameters)`, checked, or
+    `None` (follow the model's optimizer)."""
+    if optimizer is None:
+        return None
     if isinstance(optimizer, (tuple, list)) and len(optimizer) == 2:
         kind, hyper = optimizer
         return _checked_optimizer(kind, hyper)
@@ -764,37 +953,56 @@ def _table_optimizer(optimizer):
     if isinstance(optimizer, str):
         return _checked_optimizer(optimizer, {})
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        kind = type(optimizer).__name__.lower()
-        if kind not in _DEFAULTS:
-            raise ValueError(
-                "GrowableEmbedding's table optimizer must be a "
-                f"keras.optimizers.SGD or Adam; got {type(optimizer).__name__}."
-            )
-        lr = optimizer._learning_rate
-        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-            raise ValueError(
-                "GrowableEmbedding's table optimizer needs a constant "
-                "learning rate; got a schedule."
-            )
-        hyper = {"learning_rate": float(ops.convert_to_numpy(lr))}
-        if kind == "sgd" and optimizer.momentum:
-            raise ValueError(
-                "GrowableEmbedding's sparse SGD has no momentum; got "
-                f"momentum={optimizer.momentum}."
-            )
-        if kind == "adam":
-            if optimizer.amsgrad:
-                raise ValueError("GrowableEmbedding's Adam has no amsgrad.")
-            hyper.update(
-                beta_1=float(optimizer.beta_1),
-                beta_2=float(optimizer.beta_2),
-                epsilon=float(optimizer.epsilon),
-            )
-        return _checked_optimizer(kind, hyper)
+        return _from_keras_optimizer(
+            optimizer, "GrowableEmbedding's table optimizer"
+        )
     raise ValueError(
         f"GrowableEmbedding: unsupported optimizer {optimizer!r}; use 'sgd', "
-        "'adam' or a keras.optimizers.SGD / Adam."
+        f"'adagrad', 'adam', a {_KERAS_NAMES}, or None (follow the model's "
+        "optimizer)."
     )
+
+
+def _from_keras_optimizer(optimizer, where):
+    """`(kind, hyperparameters)` of a Keras optimizer; `where` starts the
+    error messages ("... must be a keras.optimizers.SGD, ...")."""
+    kind = type(optimizer).__name__.lower()
+    if not isinstance(optimizer, keras.optimizers.Optimizer) or (
+        kind not in _DEFAULTS
+    ):
+        raise ValueError(
+            f"{where} must be a {_KERAS_NAMES} (the row-sparse rules "
+            f"GrowableEmbedding has); got {type(optimizer).__name__}. Give "
+            "the table its own optimizer, e.g. optimizer='adagrad'."
+        )
+    for setting in _UNSUPPORTED_SETTINGS:
+        value = getattr(optimizer, setting, None)
+        if value:
+            raise ValueError(
+                f"{where} must be a {_KERAS_NAMES} without {setting}: "
+                f"GrowableEmbedding's sparse {kind} does not apply it; got "
+                f"{setting}={value!r}."
+            )
+    if getattr(optimizer, "amsgrad", False):
+        raise ValueError(
+            f"{where} must be a {_KERAS_NAMES} without amsgrad: "
+            "GrowableEmbedding's sparse adam does not apply it; got "
+            "amsgrad=True."
+        )
+    rate = optimizer._learning_rate
+    if isinstance(rate, keras.Variable):
+        rate = float(ops.convert_to_numpy(rate.value))
+    elif callable(rate) and not isinstance(
+        rate, keras.optimizers.schedules.LearningRateSchedule
+    ):
+        raise ValueError(
+            f"{where} must have a learning rate that is a number or a "
+            "keras.optimizers.schedules.LearningRateSchedule; got a "
+            f"{type(rate).__name__}."
+        )
+    names = [n for n in _DEFAULTS[kind] if n != "learning_rate"]
+    hyper = {n: getattr(optimizer, n) for n in names}
+    return _checked_optimizer(kind, {"learning_rate": rate, **hyper})
 
 
 def _checked_optimizer(kind, hyper):
@@ -820,7 +1028,15 @@ def _checked_optimizer(kind, hyper):
     checked = {}
     for name, value in hyper.items():
         label = f"optimizer.{name}"
-        if name.startswith("beta"):
+        if name == "learning_rate":
+            number = _checked_learning_rate(value, label, owner)
+        elif name == "nesterov":
+            number = check_bool(value, label, owner)
+        elif name == "momentum":
+            number = check_float(value, label, owner, 0, 1)
+        elif name == "initial_accumulator_value":
+            number = check_float(value, label, owner, 0)
+        elif name.startswith("beta"):
             try:
                 number = check_float(value, label, owner, 0, 1)
             except ValueError:
@@ -836,6 +1052,23 @@ def _checked_optimizer(kind, hyper):
     return kind, checked
 
 
+def _checked_learning_rate(value, label, owner):
+    """A learning rate: a finite number > 0, or a
+    `keras.optimizers.schedules.LearningRateSchedule` (also as the dict
+    `keras.optimizers.schedules.serialize` writes, from a config)."""
+    schedules = keras.optimizers.schedules
+    if isinstance(value, dict):
+        value = schedules.deserialize(value)
+    if isinstance(value, schedules.LearningRateSchedule):
+        return value
+    return check_float(value, label, owner, 0, exclusive_minimum=True)
+
+
 def _serialize_optimizer(optimizer):
+    if optimizer is None:
+        return None
     kind, hyper = optimizer
-    return {"kind": kind, **hyper}
+    rate = hyper["learning_rate"]
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        rate = keras.optimizers.schedules.serialize(rate)
+    return {"kind": kind, **hyper, "learning_rate": rate}

@@ -123,7 +123,7 @@ def is_concrete(x):
 
 
 def sparse_lookup(layer, ids, seen=None):
-    slots = [s.value for s in layer.slot_variables]
+    slots = [s.value for s in layer.trained_slots]
 
     @jax.custom_vjp
     def lookup(table, slots, step, ids, seen):
@@ -167,7 +167,10 @@ def sparse_lookup(layer, ids, seen=None):
     )
 
 
-def wrap_train_function(model, controller):
+def wrap_train_function(model, controller, retrace):
+    if retrace:
+        # The jitted step of an earlier fit holds the old rule's constants.
+        model.make_train_function(force=True)
     original = model.train_function
     names = (
         "trainable_variables",

@@ -86,7 +86,7 @@ def is_concrete(x):
 
 def sparse_lookup(layer, ids, seen=None):
     table = layer.embeddings.value
-    slots = [s.value for s in layer.slot_variables]
+    slots = [s.value for s in layer.trained_slots]
     gathered = tf.gather(table, ids)
 
     @tf.custom_gradient
@@ -113,11 +113,16 @@ def sparse_lookup(layer, ids, seen=None):
     return hook(gathered, tf.convert_to_tensor(layer.step.value))
 
 
-def wrap_train_function(model, controller):
+def wrap_train_function(model, controller, retrace):
     original = model.train_function
     # Tables are resizable tf.Variables, so one trace serves every capacity
-    # (XLA recompiles for new shapes by itself); reused across fits.
-    compiled = [getattr(model, "_kmodels_growth_step", None)]
+    # (XLA recompiles for new shapes by itself); reused across fits unless
+    # the model was compiled again (`original` is new) or a table's rule
+    # changed.
+    cached = getattr(model, "_kmodels_growth_step", None)
+    if retrace or cached is None or cached[0] is not original:
+        cached = (original, None)
+    compiled = [cached[1]]
 
     def build():
         def one_step(data):
@@ -141,7 +146,7 @@ def wrap_train_function(model, controller):
             controller.apply(plan)
         if compiled[0] is None:
             compiled[0] = build()
-            model._kmodels_growth_step = compiled[0]
+            model._kmodels_growth_step = (original, compiled[0])
         for batch in batches:
             logs = compiled[0](batch)
         return logs

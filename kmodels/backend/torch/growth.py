@@ -64,7 +64,7 @@ class _SparseUpdate(torch.autograd.Function):
         (step,) = ctx.saved_tensors
         layer = ctx.layer
         table = layer.embeddings.value.data
-        slots = [s.value.data for s in layer.slot_variables]
+        slots = [s.value.data for s in layer.trained_slots]
         with torch.no_grad():
             tensors = [table, *slots]
             rows, new_rows, new_slot_rows = layer.sparse_row_update(
@@ -88,7 +88,10 @@ def sparse_lookup(layer, ids, seen=None):
     return _SparseUpdate.apply(gathered, layer.step.value, layer, ids, seen)
 
 
-def wrap_train_function(model, controller):
+def wrap_train_function(model, controller, retrace):
+    if retrace and model.jit_compile:
+        # torch.compile specialised on the old rule.
+        model.make_train_function(force=True)
     state = {"original": model.train_function}
 
     def train_function(data):
