@@ -30,6 +30,13 @@ def test_quick_demo_end_to_end(tmp_path, capsys):
     assert result["accuracy"] == (100 - wrong) / 100
     assert f"exact match on 100 held-out dates: {result['accuracy']:.4f}" in out
     assert f"({100 - wrong}/100)" in out
+    # BLEU of TextTranslator.evaluate, printed beside its exact match, which
+    # is the demo's own count.
+    assert 0.0 <= result["bleu"] <= 1.0
+    assert (
+        f"BLEU {result['bleu']:.4f}, exact match {result['accuracy']:.4f}"
+        in out
+    )
     for source, prediction, expected in result["examples"]:
         assert isinstance(prediction, str)
         # Targets are ISO dates: YYYY-MM-DD.

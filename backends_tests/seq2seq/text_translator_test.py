@@ -124,3 +124,75 @@ def test_out_of_range_ids_on_the_translate_path_raise():
         translate(["", "hola"], model, source, target)
     with pytest.raises(ValueError, match="expects a kmodels.seq2seq"):
         translate("hola", object(), source, target)
+
+
+def _constant_bundle(token):
+    """A bundle whose translator emits `token` at every step, whatever the
+    source: the output layer's kernel is zero and its bias favours that
+    token (max_length 5: five tokens unless it is [END])."""
+    model, source, target = _bundle()
+    model.build(((1, source.max_length), (1, 1)))
+    output = model.decoder.output_layer
+    output.kernel.assign(np.zeros(output.kernel.shape, "float32"))
+    bias = np.zeros(output.bias.shape, "float32")
+    bias[target.vocabulary.index(token)] = 10.0
+    output.bias.assign(bias)
+    return TextTranslator(model, source, target)
+
+
+def test_evaluate_bleu_and_exact_match_by_hand():
+    bundle = _constant_bundle("house")
+    five = "house house house house house"
+    assert bundle.translate(["hola", "casa"]) == [five, five]
+    pairs = [
+        ("hola", five),  # exact
+        ("casa", five + " home"),  # one word longer
+        ("esta en casa", "hello house house house house"),
+    ]
+    # Clipped n-gram matches / candidate n-grams over the corpus, order 1
+    # to 4: 5+5+4 of 15, 4+4+3 of 12, 3+3+2 of 9, 2+2+1 of 6; candidate
+    # length 15, reference length 5+6+5 = 16, brevity penalty
+    # exp(1 - 16/15).
+    precisions = [14 / 15, 11 / 12, 8 / 9, 5 / 6]
+    penalty = np.exp(1.0 - 16.0 / 15.0)
+    scores = bundle.evaluate(pairs)
+    assert scores["count"] == 3
+    assert scores["exact_match"] == 1 / 3
+    # Bleu keeps float32 state: 1e-6.
+    np.testing.assert_allclose(
+        scores["bleu"],
+        penalty * np.prod(precisions) ** (1 / 4),
+        rtol=1e-6,
+    )
+    bigrams = bundle.evaluate(pairs, max_order=2)
+    np.testing.assert_allclose(
+        bigrams["bleu"], penalty * np.sqrt(14 / 15 * 11 / 12), rtol=1e-6
+    )
+    # References equal to the translations: 1 and 1.
+    perfect = bundle.evaluate([("hola", five), ("casa hola", five)])
+    assert perfect["exact_match"] == 1.0
+    np.testing.assert_allclose(perfect["bleu"], 1.0, rtol=1e-6)
+    # translate's keywords go through: 2 tokens against 5, no 3-gram.
+    short = bundle.evaluate([("hola", five)], max_length=2, max_order=2)
+    np.testing.assert_allclose(short["bleu"], np.exp(1.0 - 5.0 / 2.0))
+    assert short["exact_match"] == 0.0
+
+
+def test_evaluate_empty_translations_and_bad_pairs():
+    bundle = _constant_bundle("[END]")
+    assert bundle.translate(["hola"]) == [""]
+    # No candidate token: BLEU 0 (keras-hub would divide by 0).
+    scores = bundle.evaluate([("hola", "hello"), ("casa", "house")])
+    assert scores == {"bleu": 0.0, "exact_match": 0.0, "count": 2}
+    with pytest.raises(ValueError, match="at least one"):
+        bundle.evaluate([])
+    with pytest.raises(ValueError, match="item 1 is 'casa'"):
+        bundle.evaluate([("hola", "hello"), "casa"])
+    with pytest.raises(ValueError, match="got a str"):
+        bundle.evaluate("hola")
+    with pytest.raises(ValueError, match="reference of item 0"):
+        bundle.evaluate([("hola", "  ")])
+    with pytest.raises(ValueError, match="max_order"):
+        bundle.evaluate([("hola", "hello")], max_order=0)
+    with pytest.raises(ValueError, match="smooth"):
+        bundle.evaluate([("hola", "hello")], smooth="yes")
