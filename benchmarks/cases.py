@@ -25,7 +25,7 @@ class Case:
         function: `"module:function"` run in the child process; it takes
             `(sizes, timing)` and returns a dict (see `benchmarks.child`).
         sizes: the workload's key in `FULL_SIZES` / `QUICK_SIZES`.
-        unit: `"ms"` (median time per step) or `"tokens/s"`.
+        unit: `"ms"` (median time per step), `"tokens/s"` or `"keys/s"`.
     """
 
     name: str
@@ -74,6 +74,12 @@ FULL_SIZES = {
         "vocabulary": 10,
         "units": 4,
     },
+    # Issue 17: one date through `TextTranslator.translate`, and the memory
+    # over 2,000 eager calls of each model.
+    "translate": {"units": 64},
+    "eager_memory": {"units": 4, "calls": 2000},
+    # Issue 15: a batch of 1M keys drawn from 100k, half of them new.
+    "keys": {"keys": 1_000_000, "distinct": 100_000},
 }
 # The eager-call cases at the tutorial's sizes use "seq2seq".
 
@@ -114,6 +120,9 @@ QUICK_SIZES = {
         "vocabulary": 10,
         "units": 4,
     },
+    "translate": {"units": 8},
+    "eager_memory": {"units": 4, "calls": 20},
+    "keys": {"keys": 20_000, "distinct": 2_000},
 }
 
 # How long each case is timed (warm-up calls are not timed).
@@ -121,6 +130,9 @@ FULL_TIMING = {"warmup": 3, "min_steps": 5, "max_steps": 30, "max_seconds": 8}
 QUICK_TIMING = {"warmup": 1, "min_steps": 2, "max_steps": 2, "max_seconds": 1}
 
 _K = KERAS_BACKENDS
+# KeyIndex runs on NumPy whatever the backend: measured once, in one child.
+_KEYS = ("jax",)
+KEYS_WORKLOAD = "KeyIndex lookup (1M keys, 100k distinct, half new)"
 
 CASES = (
     Case("matmul_numpy", "Matmul float32", "numpy @", (NUMPY,),
@@ -185,6 +197,24 @@ CASES = (
     Case("predict", "Seq2Seq eager call, tutorial sizes",
          "translator.predict_on_batch", _K,
          "benchmarks.eager:predict_on_batch", "seq2seq"),
+    Case("translate_one", "TextTranslator.translate, one sentence",
+         "dates processors, units 64, every step run", _K,
+         "benchmarks.eager:translate_one", "translate"),
+    Case("eager_memory", "Eager calls, resident memory",
+         "2,000 calls of each model and of translate", _K,
+         "benchmarks.eager:eager_memory", "eager_memory"),
+    Case("keys_int64_loop", KEYS_WORKLOAD,
+         "per-key loop (before), int64 array", _KEYS,
+         "benchmarks.keys:loop_int64", "keys", "keys/s"),
+    Case("keys_int64", KEYS_WORKLOAD,
+         "kmodels KeyIndex.lookup, int64 array", _KEYS,
+         "benchmarks.keys:vectorised_int64", "keys", "keys/s"),
+    Case("keys_string_loop", KEYS_WORKLOAD,
+         "per-key loop (before), list of str", _KEYS,
+         "benchmarks.keys:loop_string", "keys", "keys/s"),
+    Case("keys_string", KEYS_WORKLOAD,
+         "kmodels KeyIndex.lookup, list of str", _KEYS,
+         "benchmarks.keys:vectorised_string", "keys", "keys/s"),
 )  # fmt: skip
 
 CASES_BY_NAME = {case.name: case for case in CASES}

@@ -46,6 +46,8 @@ def derive(record):
         record["gflops"] = record["flops"] / seconds / 1e9
     if record.get("tokens"):
         record["tokens_per_s"] = record["tokens"] / seconds
+    if record.get("keys"):
+        record["keys_per_s"] = record["keys"] / seconds
     return record
 
 
@@ -258,7 +260,83 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
                     "<=",
                 )
             )
+    for b in backends:
+        rows.append(
+            _target(
+                "TextTranslator.translate, one sentence (ms)",
+                b,
+                _ms(table, "translate_one", b),
+                10.0,
+                "<=",
+            )
+        )
+    for b in backends:
+        record = table.get(("eager_memory", b)) or {}
+        rows.append(
+            _target(
+                "Resident memory growth over the eager calls (MB)",
+                b,
+                record.get("rss_growth_mb"),
+                20.0,
+                "<=",
+                note="the largest of the six (Encoder, Decoder, "
+                "CrossAttention, Autoencoder, Translator, translate)",
+            )
+        )
+    rows += _keys_targets(table, backends)
     return rows
+
+
+def _keys_targets(table, backends):
+    """Issue 15: `KeyIndex.lookup` throughput, in millions of keys/s, and
+    its speed-up over the per-key loop (for the record; no target)."""
+    rows = []
+    measured = cases_mod.CASES_BY_NAME["keys_int64"].backends
+    for b in [b for b in backends if b in measured]:
+        for dtype, goal in (("int64", 5.0), ("string", 1.0)):
+            new = table.get((f"keys_{dtype}", b), {}).get("keys_per_s")
+            old = table.get((f"keys_{dtype}_loop", b), {}).get("keys_per_s")
+            rows.append(
+                _target(
+                    f"KeyIndex: M {dtype} keys/s",
+                    b,
+                    None if new is None else new / 1e6,
+                    goal,
+                    ">=",
+                    note="NumPy-side: one child measures it",
+                )
+            )
+            cpu_ms = table.get((f"keys_{dtype}", b), {}).get("cpu_ms")
+            rows.append(
+                _target(
+                    f"KeyIndex: M {dtype} keys per CPU second",
+                    b,
+                    _ratio(_keys(table, f"keys_{dtype}", b), cpu_ms),
+                    None,
+                    ">=",
+                    binding=False,
+                    note="the process's CPU time: one free core",
+                )
+            )
+            rows.append(
+                _target(
+                    f"KeyIndex: {dtype} keys/s / per-key loop",
+                    b,
+                    _ratio(new, old),
+                    None,
+                    ">=",
+                    binding=False,
+                    note="speed-up over the loop it replaced",
+                )
+            )
+    return rows
+
+
+def _keys(table, case, backend):
+    """Thousands of keys per step of a keys case (keys per ms / 1e3 gives
+    millions of keys per second), or None."""
+    record = table.get((case, backend), {})
+    return record["keys"] / 1e3 if record.get("keys") else None
 
 
 def format_cell(record):
@@ -279,6 +357,10 @@ def format_cell(record):
         text += f", {record['tokens_per_s']:,.0f} tok/s"
     if record.get("gflops"):
         text += f", {record['gflops']:.1f} GF/s"
+    if record.get("keys_per_s"):
+        text += f", {record['keys_per_s'] / 1e6:.2f} M keys/s"
+    if record.get("rss_growth_mb") is not None:
+        text += f", RSS +{record['rss_growth_mb']:.1f} MB"
     if record.get("growth_cost_ms") is not None:
         text += f", growth +{format_ms(record['growth_cost_ms'])} ms"
     return text
@@ -559,6 +641,10 @@ def chart(doc, path):
                     value = r["tokens_per_s"]
                     low = r["tokens"] / (r["q3_ms"] / 1e3)
                     high = r["tokens"] / (r["q1_ms"] / 1e3)
+                elif case.unit == "keys/s":
+                    value = r["keys_per_s"]
+                    low = r["keys"] / (r["q3_ms"] / 1e3)
+                    high = r["keys"] / (r["q1_ms"] / 1e3)
                 elif case.name.startswith("matmul"):
                     value = r["gflops"]
                     low = r["flops"] / (r["q3_ms"] / 1e3) / 1e9
@@ -575,6 +661,8 @@ def chart(doc, path):
             unit = "ms for a one-batch fit that grows the table once"
         if workload == "Seq2Seq generation":
             unit = "tokens / s (higher is better)"
+        elif workload == cases_mod.KEYS_WORKLOAD:
+            unit = "keys / s (higher is better)"
         elif workload == "Matmul float32":
             unit = "GFLOP/s (higher is better)"
         ax.barh(

@@ -1,5 +1,7 @@
 """Maps arbitrary keys (int64 ids, strings) to dense rows of a table."""
 
+import itertools
+
 import keras
 import numpy as np
 
@@ -11,6 +13,10 @@ from kmodels.layers.saved_state import checked_entries
 from kmodels.layers.saved_state import entry_checksums
 
 _KEY_DTYPES = ("int64", "string")
+# Batch sizes from which `KeyIndex.lookup` first reduces a batch to its
+# distinct keys; below, one dict lookup per key is faster (measured: string
+# keys cost a hash and a set insertion each to deduplicate).
+_DEDUPLICATE_FROM = {"int64": 8192, "string": 65536}
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -119,38 +125,48 @@ class KeyIndex(keras.layers.Layer):
         )
 
     def _int_keys(self, keys):
-        """The batch as a list of Python ints, or raises."""
+        """The batch as a flat int64 NumPy array, or raises."""
         if keys.dtype.kind in "iu":
-            if keys.size and keys.dtype.kind == "u":
-                top = keys.reshape(-1).argmax()
-                if int(keys.reshape(-1)[top]) > _INT64_MAX:
+            flat = keys.reshape(-1)
+            if flat.size and flat.dtype.kind == "u":
+                top = flat.argmax()
+                if int(flat[top]) > _INT64_MAX:
                     self._refuse(
                         ValueError,
-                        keys.reshape(-1)[top],
+                        flat[top],
                         int(top),
                         "int64 keys, in [-2**63, 2**63)",
                     )
-            return keys.reshape(-1).tolist()
+            return flat.astype(np.int64, copy=False)
         raw = flat = keys.reshape(-1).tolist()
-        if not all(type(key) is int for key in raw):
+        # `set(map(type, ...))` checks every key at C speed; the loop below
+        # only runs to name the first bad key or to convert NumPy ints.
+        if not set(map(type, raw)) <= {int}:
             for i, key in enumerate(raw):
                 if isinstance(key, (bool, np.bool_)) or not isinstance(
                     key, (int, np.integer)
                 ):
                     self._refuse(TypeError, key, i, "int64 keys")
             flat = [int(key) for key in raw]
-        if flat and (min(flat) < _INT64_MIN or max(flat) > _INT64_MAX):
+        return self._int64(flat, raw)
+
+    def _int64(self, flat, raw):
+        """`flat`, a list of Python ints (`raw` as given), as an int64
+        array, or raises."""
+        try:
+            return np.array(flat, dtype=np.int64).reshape(-1)
+        except OverflowError:
             for i, key in enumerate(flat):
                 if not _INT64_MIN <= key <= _INT64_MAX:
                     self._refuse(
                         ValueError, raw[i], i, "int64 keys, in [-2**63, 2**63)"
                     )
-        return flat
+            raise
 
     def _string_keys(self, keys):
         """The batch as a list of `str` encodable as UTF-8, or raises."""
         flat = keys.reshape(-1).tolist()
-        if not all(type(key) is str for key in flat):
+        if not set(map(type, flat)) <= {str}:
             for i, key in enumerate(flat):
                 if isinstance(key, bytes):
                     try:
@@ -163,6 +179,10 @@ class KeyIndex(keras.layers.Layer):
                     flat[i] = str(key)
                 else:
                     self._refuse(TypeError, key, i, "string keys")
+        return self._utf8(flat)
+
+    def _utf8(self, flat):
+        """`flat`, a list of `str`, if UTF-8 can encode every one."""
         try:
             "".join(flat).encode("utf-8")
         except UnicodeEncodeError:
@@ -186,38 +206,96 @@ class KeyIndex(keras.layers.Layer):
         of range or a string not encodable as UTF-8, a `KeyError` for an
         unknown key of a frozen index without `oov_row`) adds no key.
 
+        New keys get rows in order of first appearance in the flattened
+        batch. The work per key runs in NumPy and C, not in Python loops:
+        a long batch (8,192 int64 keys, 65,536 strings or more) is first
+        reduced to its distinct keys with a NumPy sort (of the keys, or of
+        the strings' hashes), so only those reach the index's dict.
+
         Args:
             keys: array-like of keys.
             grow: bool or `None`. Assign rows to new keys; `None` means
                 "unless frozen". `grow=True` on a frozen index raises.
+
+        Returns:
+            An int64 NumPy array of the shape of `keys`.
+
+        Example:
+
+        ```python
+        index = kmodels.layers.KeyIndex("int64")
+        index.lookup([[10**12, 7], [7, 3]])  # array([[1, 2], [2, 3]])
+        ```
         """
         if grow is None:
             grow = not self.frozen
         if grow and self.frozen:
             raise ValueError(f"KeyIndex '{self.name}' is frozen.")
+        shape, flat = self._checked_keys(keys)
+        if len(flat) >= _DEDUPLICATE_FROM[self.key_dtype]:
+            if self.key_dtype == "string":
+                grouped = _distinct_strings(flat)
+            else:
+                grouped = _distinct_ints(flat)
+            if grouped is not None:
+                distinct, first, inverse = grouped
+                found = self._rows_of(distinct, first, grow, True)
+                return found[inverse].reshape(shape)
+        if self.key_dtype == "int64":
+            flat = flat.tolist()
+        found = self._rows_of(flat, np.arange(len(flat)), grow, False)
+        return found.reshape(shape)
+
+    def _checked_keys(self, keys):
+        """`(shape, flat)` of a batch: its shape and its keys, checked, as
+        a flat int64 array or a list of `str`; or raises."""
+        plain = str if self.key_dtype == "string" else int
+        if type(keys) is list and set(map(type, keys)) <= {plain}:
+            # A flat list of plain keys needs no NumPy object array.
+            if plain is str:
+                return (len(keys),), self._utf8(keys)
+            return (len(keys),), self._int64(keys, keys)
         if not isinstance(keys, np.ndarray) or keys.dtype.kind == "b":
             keys = np.asarray(keys, dtype=object)
-        shape = keys.shape
         if self.key_dtype == "string":
-            flat = self._string_keys(keys)
-        else:
-            flat = self._int_keys(keys)
+            return keys.shape, self._string_keys(keys)
+        return keys.shape, self._int_keys(keys)
+
+    def _rows_of(self, keys, first, grow, distinct):
+        """Rows of `keys`, a list of checked keys of a batch (all of them,
+        or its `distinct` ones) with `first`, the position in the batch of
+        each one's first appearance; new keys get rows (when `grow`) in
+        order of first appearance."""
         rows = self._rows
+        found = np.array(
+            list(map(rows.get, keys, itertools.repeat(-1))), np.int64
+        ).reshape(-1)
+        missing = np.flatnonzero(found < 0)
+        if not missing.size:
+            return found
+        # `first` holds distinct positions: any sort is exact.
+        missing = missing[np.argsort(first[missing])]
+        new_keys = list(map(keys.__getitem__, missing.tolist()))
         if grow:
-            # Only now, with every key checked, does the index change.
-            new = dict.fromkeys(key for key in flat if key not in rows)
+            # Only now, with every key checked, does the index change;
+            # `dict.fromkeys` keeps the first of repeated keys.
             start = self.first_row + len(rows)
-            rows.update(zip(new, range(start, start + len(new))))
-            found = list(map(rows.__getitem__, flat))
+            if distinct:
+                stop = start + len(new_keys)
+                rows.update(zip(new_keys, range(start, stop)))
+                found[missing] = np.arange(start, stop)
+            else:
+                new = dict.fromkeys(new_keys)
+                rows.update(zip(new, range(start, start + len(new))))
+                found[missing] = list(map(rows.__getitem__, new_keys))
+        elif self.oov_row is None:
+            raise KeyError(
+                f"KeyIndex '{self.name}' is frozen and has no row "
+                f"for key {new_keys[0]!r}."
+            )
         else:
-            found = [rows.get(key, self.oov_row) for key in flat]
-            if self.oov_row is None and None in found:
-                key = flat[found.index(None)]
-                raise KeyError(
-                    f"KeyIndex '{self.name}' is frozen and has no row "
-                    f"for key {key!r}."
-                )
-        return np.array(found, dtype=np.int64).reshape(shape)
+            found[missing] = self.oov_row
+        return found
 
     def keys(self):
         """Keys in row order."""
@@ -328,3 +406,46 @@ class KeyIndex(keras.layers.Layer):
             }
         )
         return config
+
+
+def _groups(values):
+    """`(first, inverse)` of a flat NumPy array: the position where each
+    distinct value first appears (in sorted order of the values) and, for
+    every position, the index of its value in `first`."""
+    # An unstable sort is several times faster than a stable one; ties are
+    # resolved by taking the smallest position of each run.
+    if not values.size:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    order = np.argsort(values)
+    ordered = values[order]
+    starts = np.empty(values.size, dtype=bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    bounds = np.flatnonzero(starts)
+    first = np.minimum.reduceat(order, bounds)
+    inverse = np.empty(values.size, dtype=np.intp)
+    inverse[order] = np.repeat(
+        np.arange(bounds.size), np.diff(bounds, append=values.size)
+    )
+    return first, inverse
+
+
+def _distinct_ints(flat):
+    """`(distinct, first, inverse)` of a flat int64 array: its distinct keys
+    as Python ints, the position where each first appears, and for every
+    position the index of its key in `distinct`."""
+    first, inverse = _groups(flat)
+    return flat[first].tolist(), first, inverse
+
+
+def _distinct_strings(flat):
+    """`(distinct, first, inverse)` of a list of `str`, as
+    `_distinct_ints`, or `None` when two of its keys share a hash."""
+    # Grouped by Python's (cached, 64-bit) string hash with a NumPy sort.
+    # Equal keys share a hash, so there are at least as many distinct keys
+    # as hash groups; as many means no two keys share a group: exact.
+    hashes = np.fromiter(map(hash, flat), dtype=np.int64, count=len(flat))
+    first, inverse = _groups(hashes)
+    if len(first) != len(set(flat)):
+        return None  # Two keys share a hash: look every key up instead.
+    return list(map(flat.__getitem__, first.tolist())), first, inverse

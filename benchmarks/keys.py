@@ -1,0 +1,202 @@
+"""KeyIndex throughput: raw keys to rows, in keys/s, for int64 and string
+keys, next to the per-key loop `KeyIndex.lookup` used before it was
+vectorised (kept below, verbatim apart from `self` -> `index`, as the
+baseline).
+
+The batch: `keys` draws (uniform) from `distinct` keys, half of which the
+index already holds (it holds `distinct` keys in all), so a step both reads
+known rows and adds new keys. Every timed step starts from a fresh index
+(built untimed); the vectorised cases check once that they assign exactly
+the baseline's rows. Each record also holds `cpu_ms`, the median CPU time
+of the process per step.
+"""
+
+import time
+
+import numpy as np
+
+from benchmarks.child import require
+from benchmarks.timing import summarize
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+# ------------------------------------------------- the loop, as it was
+def _loop_int_keys(index, keys):
+    if keys.dtype.kind in "iu":
+        if keys.size and keys.dtype.kind == "u":
+            top = keys.reshape(-1).argmax()
+            if int(keys.reshape(-1)[top]) > _INT64_MAX:
+                index._refuse(
+                    ValueError,
+                    keys.reshape(-1)[top],
+                    int(top),
+                    "int64 keys, in [-2**63, 2**63)",
+                )
+        return keys.reshape(-1).tolist()
+    raw = flat = keys.reshape(-1).tolist()
+    if not all(type(key) is int for key in raw):
+        for i, key in enumerate(raw):
+            if isinstance(key, (bool, np.bool_)) or not isinstance(
+                key, (int, np.integer)
+            ):
+                index._refuse(TypeError, key, i, "int64 keys")
+        flat = [int(key) for key in raw]
+    if flat and (min(flat) < _INT64_MIN or max(flat) > _INT64_MAX):
+        for i, key in enumerate(flat):
+            if not _INT64_MIN <= key <= _INT64_MAX:
+                index._refuse(
+                    ValueError, raw[i], i, "int64 keys, in [-2**63, 2**63)"
+                )
+    return flat
+
+
+def _loop_string_keys(index, keys):
+    flat = keys.reshape(-1).tolist()
+    if not all(type(key) is str for key in flat):
+        for i, key in enumerate(flat):
+            if isinstance(key, bytes):
+                try:
+                    flat[i] = key.decode("utf-8")
+                except UnicodeDecodeError:
+                    index._refuse(
+                        ValueError, key, i, "string keys (UTF-8 bytes)"
+                    )
+            elif isinstance(key, str):
+                flat[i] = str(key)
+            else:
+                index._refuse(TypeError, key, i, "string keys")
+    try:
+        "".join(flat).encode("utf-8")
+    except UnicodeEncodeError:
+        for i, key in enumerate(flat):
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError:
+                index._refuse(
+                    ValueError,
+                    key,
+                    i,
+                    "string keys encodable as UTF-8 (no lone surrogates)",
+                )
+    return flat
+
+
+def loop_lookup(index, keys, grow=None):
+    """`KeyIndex.lookup` before vectorisation: a Python pass per key."""
+    if grow is None:
+        grow = not index.frozen
+    if grow and index.frozen:
+        raise ValueError(f"KeyIndex '{index.name}' is frozen.")
+    if not isinstance(keys, np.ndarray) or keys.dtype.kind == "b":
+        keys = np.asarray(keys, dtype=object)
+    shape = keys.shape
+    if index.key_dtype == "string":
+        flat = _loop_string_keys(index, keys)
+    else:
+        flat = _loop_int_keys(index, keys)
+    rows = index._rows
+    if grow:
+        new = dict.fromkeys(key for key in flat if key not in rows)
+        start = index.first_row + len(rows)
+        rows.update(zip(new, range(start, start + len(new))))
+        found = list(map(rows.__getitem__, flat))
+    else:
+        found = [rows.get(key, index.oov_row) for key in flat]
+        if index.oov_row is None and None in found:
+            key = flat[found.index(None)]
+            raise KeyError(
+                f"KeyIndex '{index.name}' is frozen and has no row "
+                f"for key {key!r}."
+            )
+    return np.array(found, dtype=np.int64).reshape(shape)
+
+
+# ------------------------------------------------------------- the cases
+def _workload(sizes, key_dtype):
+    """`(held, batch)`: the keys the index holds before a step and the
+    batch (an int64 array, or a list of `str`)."""
+    rng = np.random.default_rng(0)
+    distinct = sizes["distinct"]
+    ids = rng.integers(0, distinct, size=sizes["keys"])
+    held = np.arange(distinct // 2, distinct // 2 + distinct)
+    if key_dtype == "int64":
+        # Sparse 64-bit ids, as raw user or item ids are.
+        spread = np.int64(0x9E3779B97F4A7C1)
+        return held * spread, ids * spread
+    return [f"user-{i:09d}" for i in held.tolist()], [
+        f"user-{i:09d}" for i in ids.tolist()
+    ]
+
+
+def _throughput(sizes, timing, key_dtype, lookup):
+    KeyIndex = require("kmodels.layers", "KeyIndex")
+    held, batch = _workload(sizes, key_dtype)
+
+    def fresh():
+        index = KeyIndex(key_dtype)
+        index.lookup(held)
+        return index
+
+    times, cpu_times = [], []
+    start = time.perf_counter()
+    for step in range(timing["warmup"] + timing["max_steps"]):
+        index = fresh()
+        t0, c0 = time.perf_counter(), time.process_time()
+        lookup(index, batch)
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        if step < timing["warmup"]:
+            start = time.perf_counter()
+            continue
+        times.append(elapsed)
+        cpu_times.append(cpu)
+        if (
+            len(times) >= timing["min_steps"]
+            and time.perf_counter() - start > timing["max_seconds"]
+        ):
+            break
+    # The process's CPU time too: on a shared machine it says what one free
+    # core would do.
+    cpu_ms = summarize(cpu_times)["median_ms"]
+    return dict(summarize(times), keys=sizes["keys"], cpu_ms=cpu_ms, flops=0)
+
+
+def _checked(sizes, key_dtype):
+    """The vectorised lookup assigns the loop's rows (and keys)."""
+    KeyIndex = require("kmodels.layers", "KeyIndex")
+    held, batch = _workload(sizes, key_dtype)
+    indexes = [KeyIndex(key_dtype), KeyIndex(key_dtype)]
+    for index in indexes:
+        index.lookup(held)
+    new = indexes[0].lookup(batch)
+    old = loop_lookup(indexes[1], batch)
+    if not np.array_equal(new, old) or indexes[0].keys() != indexes[1].keys():
+        raise RuntimeError("KeyIndex.lookup assigns other rows than the loop")
+
+
+def loop_int64(sizes, timing):
+    """The per-key loop on int64 keys (NumPy int64 batch)."""
+    return _throughput(sizes, timing, "int64", loop_lookup)
+
+
+def vectorised_int64(sizes, timing):
+    """`KeyIndex.lookup` on int64 keys (NumPy int64 batch)."""
+    _checked(sizes, "int64")
+    return _throughput(
+        sizes, timing, "int64", lambda index, keys: index.lookup(keys)
+    )
+
+
+def loop_string(sizes, timing):
+    """The per-key loop on string keys (a list of `str`)."""
+    return _throughput(sizes, timing, "string", loop_lookup)
+
+
+def vectorised_string(sizes, timing):
+    """`KeyIndex.lookup` on string keys (a list of `str`)."""
+    _checked(sizes, "string")
+    return _throughput(
+        sizes, timing, "string", lambda index, keys: index.lookup(keys)
+    )
