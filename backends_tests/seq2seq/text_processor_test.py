@@ -160,3 +160,17 @@ def test_config_round_trip():
     assert q.get_config() == p.get_config()
     texts = ["Está en casa 2-3.", "hola"]
     np.testing.assert_array_equal(q(texts), p(texts))
+
+
+def test_word_level_is_the_default_tokenizer():
+    p = _processor()
+    assert p.tokenizer == "word"
+    assert p.get_config()["tokenizer"] == "word"
+    # A config saved before the `tokenizer` option loads as word level.
+    config = p.get_config()
+    del config["tokenizer"]
+    q = TextProcessor.from_config(config)
+    assert q.tokenizer == "word"
+    np.testing.assert_array_equal(
+        q("esta en casa"), [[2, 7, 6, 5, 3] + [0] * 59]
+    )

@@ -4,11 +4,15 @@ The standardisation is the one of the TensorFlow "NMT with attention"
 tutorial (`tf_lower_and_split_punct`), written in plain Python so that it
 runs the same under every Keras backend; the word to id lookup is a
 `keras.layers.TextVectorization` (which uses TensorFlow internally: fine in a
-data pipeline, never inside a compiled model).
+data pipeline, never inside a compiled model). With `tokenizer="wordpiece"`
+the standardised words are split into subword pieces by a keras-hub
+`WordPieceTokenizer` whose vocabulary `compute_word_piece_vocabulary` learns.
 """
 
 import collections
+import os
 import re
+import tempfile
 import unicodedata
 
 import keras
@@ -19,6 +23,9 @@ from kmodels.arguments import check_int
 
 PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
+TOKENIZERS = ("word", "wordpiece")
+# Marks a WordPiece that continues the previous one: "cats" -> cat ##s.
+SUFFIX = "##"
 # Between a digit and a letter: "3rd" -> "3 rd" with `split_digits=True`.
 _DIGIT_LETTER = re.compile(r"(?<=[0-9])(?=[a-z])|(?<=[a-z])(?=[0-9])")
 
@@ -68,9 +75,23 @@ class TextProcessor:
     follows, most frequent word first (ties in alphabetical order, so the
     ids do not depend on the backend or on hashing).
 
+    Subwords: with `tokenizer="wordpiece"` each standardised word is split
+    into WordPiece tokens by `keras_hub.tokenizers.WordPieceTokenizer`
+    (greedy longest match; a piece that continues a word starts with `##`:
+    `"cats"` -> `cat ##s`), with a vocabulary learned by
+    `keras_hub.tokenizers.compute_word_piece_vocabulary`. The vocabulary
+    always holds every character seen by `adapt`, alone and as a `##`
+    continuation, so a word never seen in training but made of known
+    characters is spelled with known pieces instead of becoming `[UNK]`
+    (only a word with an unseen character, or longer than 100 bytes, is
+    `[UNK]`). `decode` glues the `##` pieces back into words. The
+    standardisation, the reserved ids, the padding and the errors are the
+    same as with words; the "tokens" counted below are pieces.
+
     Length: every output row has exactly `max_length` ids, `[START]` and
     `[END]` included. A longer text is **truncated**: its first
-    `max_length - 2` words are kept and `[END]` still closes the row.
+    `max_length - 2` tokens are kept and `[END]` still closes the row (with
+    subwords the last word may be cut between two pieces).
 
     Empty texts: a text with no word left after standardisation (`""`,
     `"   "`, `"日本"`) raises a `ValueError` naming its index, since there is
@@ -90,6 +111,9 @@ class TextProcessor:
         vocabulary: optional list of str, a vocabulary returned by
             `vocabulary` (reserved tokens first), e.g. to restore a saved
             processor.
+        tokenizer: `"word"` (whole words, the tutorial's) or `"wordpiece"`
+            (subword pieces learned by keras-hub's WordPiece trainer).
+            Stored as the attribute `tokenizer`.
 
     Example:
 
@@ -101,6 +125,15 @@ class TextProcessor:
     [[2, 7, 6, 5, 3, 0, 0, 0]]
     >>> p.decode([[2, 7, 6, 5, 3, 0, 0, 0]])
     ['esta en casa']
+
+    Subwords: an unseen word is spelled with known pieces.
+
+    >>> w = TextProcessor(max_length=12, tokenizer="wordpiece")
+    >>> w.adapt(["the cat sat", "a tall act"])
+    >>> w.tokenize("tact")
+    ['[START]', 't', '##a', '##c', '##t', '[END]']
+    >>> w.decode(w(["tact"]))
+    ['tact']
 
     References:
         - [TensorFlow tutorial: Neural machine translation with attention](
@@ -114,6 +147,7 @@ class TextProcessor:
         keep_digits=False,
         split_digits=False,
         vocabulary=None,
+        tokenizer="word",
     ):
         owner = "TextProcessor"
         # [START], [END] and at least one word.
@@ -127,6 +161,11 @@ class TextProcessor:
             )
         keep_digits = check_bool(keep_digits, "keep_digits", owner)
         split_digits = check_bool(split_digits, "split_digits", owner)
+        if not isinstance(tokenizer, str) or tokenizer not in TOKENIZERS:
+            raise ValueError(
+                f"{owner}: `tokenizer` must be one of {list(TOKENIZERS)}; got "
+                f"{tokenizer!r} ({type(tokenizer).__name__})."
+            )
         if vocabulary is not None and (
             isinstance(vocabulary, (str, bytes))
             or not isinstance(vocabulary, (list, tuple, np.ndarray))
@@ -139,17 +178,23 @@ class TextProcessor:
         self.punctuation = punctuation
         self.keep_digits = keep_digits
         self.split_digits = split_digits
+        self.tokenizer = tokenizer
         kept = "a-z" + ("0-9" if self.keep_digits else "")
         punct = re.escape(self.punctuation) if self.punctuation else ""
         self._drop = re.compile(f"[^ {kept}{punct}]")
         self._kept = f"[ {kept}{self.punctuation}]"
         self._split = re.compile(f"([{punct}])") if punct else None
-        self._vectorizer = keras.layers.TextVectorization(
-            standardize=None,
-            split="whitespace",
-            output_mode="int",
-            output_sequence_length=self.max_length,
-        )
+        # Word level: a TextVectorization; subwords: a keras-hub
+        # WordPieceTokenizer, made by `set_vocabulary`.
+        self._vectorizer = None
+        self._word_piece = None
+        if self.tokenizer == "word":
+            self._vectorizer = keras.layers.TextVectorization(
+                standardize=None,
+                split="whitespace",
+                output_mode="int",
+                output_sequence_length=self.max_length,
+            )
         self._vocabulary = None
         if vocabulary is not None:
             self.set_vocabulary(vocabulary)
@@ -181,14 +226,37 @@ class TextProcessor:
         return out[0] if scalar else out
 
     def tokenize(self, texts):
-        """The words of each text as the model sees them: markers added,
+        """The tokens of each text as the model sees them (words, or
+        WordPiece pieces with `tokenizer="wordpiece"`): markers added,
         truncated to `max_length` tokens.
 
+        Args:
+            texts: a str or a sequence of str.
+
+        Returns:
+            A list of str for a str (e.g. `["[START]", "casa", "[END]"]`),
+            else a list of such lists.
+
         Raises:
-            ValueError: a text is empty after standardisation.
+            ValueError: a text is empty after standardisation, or (subwords
+                only) the processor has no vocabulary yet.
         """
         texts, scalar = _as_list(texts, "TextProcessor")
+        words = self._text_words(texts)
+        if self.tokenizer == "wordpiece":
+            self._check_adapted()
+            tokens = [
+                [self._vocabulary[i] for i in row]
+                for row in self._piece_ids(words)
+            ]
+        else:
+            tokens = words
         keep = self.max_length - 2
+        out = [[START, *row[:keep], END] for row in tokens]
+        return out[0] if scalar else out
+
+    def _text_words(self, texts):
+        """The words of each text; raises on a text with none."""
         out = []
         for i, text in enumerate(texts):
             words = self._words(text)
@@ -199,20 +267,47 @@ class TextProcessor:
                     f"(NFKD, lower case, keep {self._kept}), so "
                     "there is nothing to encode."
                 )
-            out.append([START, *words[:keep], END])
-        return out[0] if scalar else out
+            out.append(words)
+        return out
+
+    def _piece_ids(self, words):
+        """WordPiece ids (lists of int) of lists of words."""
+        # keras-hub's eager call runs its Python WordPiece (the same greedy
+        # longest match as tf-text's FastWordpieceTokenizer, which it runs
+        # inside a tf.function or tf.data pipeline).
+        rows = self._word_piece.tokenize(words)
+        return [np.asarray(row, "int64").reshape(-1).tolist() for row in rows]
 
     # Vocabulary ------------------------------------------------------------
 
     def adapt(self, texts, max_tokens=None):
-        """Learns the vocabulary from `texts` (most frequent words first).
+        """Learns the vocabulary from `texts`.
+
+        Words: the most frequent words first. Subwords
+        (`tokenizer="wordpiece"`): the pieces that
+        `keras_hub.tokenizers.compute_word_piece_vocabulary` learns from
+        the standardised words (pieces seen at least about 10 times; see
+        its docs), with every character seen kept alone and as a `##`
+        continuation; the single characters first, then the other pieces,
+        most frequent first, in the trainer's order.
 
         Args:
             texts: sequence of str. Empty texts are skipped.
             max_tokens: optional int, the vocabulary size cap, the four
-                reserved tokens included; rarer words map to `[UNK]`.
+                reserved tokens included; rarer words map to `[UNK]`. With
+                subwords, the trainer's target size, which must leave room
+                for every character seen twice (alone and after `##`);
+                `None` gives at most as many tokens as the word vocabulary
+                of the same texts (or that room, if larger).
+
+        Raises:
+            ValueError: no word in `texts`, or `max_tokens` too small.
         """
         texts, _ = _as_list(texts, "TextProcessor.adapt")
+        if max_tokens is not None:
+            max_tokens = check_int(
+                max_tokens, "max_tokens", "TextProcessor.adapt", None
+            )
         if max_tokens is not None and max_tokens < len(RESERVED) + 1:
             raise ValueError(
                 f"`max_tokens` must be at least {len(RESERVED) + 1} (the "
@@ -223,17 +318,71 @@ class TextProcessor:
         for text in texts:
             counts.update(self._words(text))
         words = sorted(counts, key=lambda w: (-counts[w], w))
-        if max_tokens is not None:
-            words = words[: max_tokens - len(RESERVED)]
         if not words:
             raise ValueError(
                 "TextProcessor.adapt found no word in the texts it was given "
                 f"({len(texts)} texts)."
             )
-        self.set_vocabulary([*RESERVED, *words])
+        if self.tokenizer == "wordpiece":
+            pieces = self._learn_pieces(counts, max_tokens)
+        else:
+            pieces = words
+            if max_tokens is not None:
+                pieces = words[: max_tokens - len(RESERVED)]
+        self.set_vocabulary([*RESERVED, *pieces])
+
+    def _learn_pieces(self, counts, max_tokens):
+        """WordPiece vocabulary (reserved tokens excluded) of word counts."""
+        import keras_hub
+
+        alphabet = sorted(set("".join(counts)))
+        # Every character alone and as a continuation: any word made of
+        # seen characters can then be spelled (the trainer keeps them all
+        # but its final cut to `vocabulary_size` may drop rare ones).
+        needed = [*alphabet, *(SUFFIX + c for c in alphabet)]
+        least = len(RESERVED) + len(needed)
+        if max_tokens is None:
+            max_tokens = max(len(RESERVED) + len(counts), least)
+        if max_tokens < least:
+            raise ValueError(
+                f"TextProcessor.adapt: `max_tokens` must be at least {least} "
+                f"with subwords (the {len(RESERVED)} reserved tokens and the "
+                f"{len(alphabet)} characters seen, alone and after "
+                f"{SUFFIX!r}); got {max_tokens}."
+            )
+        # The trainer reads files or a tf.data.Dataset; a file keeps
+        # TensorFlow out of this module. Its split (whitespace, then
+        # punctuation kept as tokens) gives back exactly these words, which
+        # are already standardised and space separated.
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "words.txt")
+            with open(path, "w", encoding="utf-8") as f:
+                for word, count in counts.items():
+                    f.write(" ".join([word] * count) + "\n")
+            learned = keras_hub.tokenizers.compute_word_piece_vocabulary(
+                [path],
+                # The trainer adds its reserved tokens, not the padding "".
+                max_tokens - 1,
+                lowercase=False,
+                strip_accents=False,
+                split=True,
+                split_on_cjk=False,
+                suffix_indicator=SUFFIX,
+                reserved_tokens=list(RESERVED[1:]),
+            )
+        learned = [p for p in learned if p not in RESERVED]
+        needed_set = set(needed)
+        room = max_tokens - least
+        others = [p for p in learned if p not in needed_set][:room]
+        keep = needed_set | set(others)
+        pieces = [p for p in learned if p in keep]
+        # Characters and continuations the trainer's cut dropped.
+        pieces += [p for p in needed if p not in set(pieces)]
+        return pieces
 
     def set_vocabulary(self, vocabulary):
-        """Sets the vocabulary: the reserved tokens, then the words."""
+        """Sets the vocabulary: the reserved tokens, then the words (or
+        WordPiece pieces)."""
         vocabulary = [str(v) for v in vocabulary]
         if tuple(vocabulary[: len(RESERVED)]) != RESERVED:
             raise ValueError(
@@ -243,7 +392,23 @@ class TextProcessor:
         words = vocabulary[len(RESERVED) :]
         if len(set(words)) != len(words) or set(words) & set(RESERVED):
             raise ValueError("The vocabulary has repeated tokens.")
-        self._vectorizer.set_vocabulary(vocabulary)
+        if self.tokenizer == "wordpiece":
+            import keras_hub
+
+            # tf-text warns about an empty token; the padding id 0 is never
+            # a piece anyway, so keras-hub gets a name that no standardised
+            # word can equal (it is upper case).
+            self._word_piece = keras_hub.tokenizers.WordPieceTokenizer(
+                vocabulary=["[PAD]", *vocabulary[1:]],
+                lowercase=False,
+                strip_accents=False,
+                split=False,
+                suffix_indicator=SUFFIX,
+                oov_token=UNK,
+                dtype="int32",
+            )
+        else:
+            self._vectorizer.set_vocabulary(vocabulary)
         self._vocabulary = vocabulary
         self._array = np.array(vocabulary, dtype=object)
 
@@ -285,6 +450,14 @@ class TextProcessor:
         texts, _ = _as_list(texts, "TextProcessor")
         if not texts:
             return np.zeros((0, self.max_length), "int32")
+        if self.tokenizer == "wordpiece":
+            keep = self.max_length - 2
+            ids = np.zeros((len(texts), self.max_length), "int32")
+            rows = self._piece_ids(self._text_words(texts))
+            for i, row in enumerate(rows):
+                row = [self.start_id, *row[:keep], self.end_id]
+                ids[i, : len(row)] = row
+            return ids
         rows = [" ".join(words) for words in self.tokenize(texts)]
         ids = self._vectorizer(rows)
         return keras.ops.convert_to_numpy(ids).astype("int32")
@@ -300,10 +473,14 @@ class TextProcessor:
         its first `[END]` or padding (0; `Translator.generate` pads from
         `[END]` on), tokens joined by `separator`.
 
+        With subwords, a `##` piece is first glued to the piece before it
+        (`cat ##s` -> `cats`, as keras-hub's `detokenize`; a row that starts
+        with one keeps it as is), then the words are joined by `separator`.
+
         Args:
             ids: ints of shape `(batch, length)` (or `(length,)`, which
                 gives one str).
-            separator: str put between tokens; `""` turns the date
+            separator: str put between words; `""` turns the date
                 tokens `2021 - 03 - 03` back into `"2021-03-03"`.
 
         Returns:
@@ -328,10 +505,20 @@ class TextProcessor:
             row = row.tolist()
             if row and row[0] == self.start_id:
                 row = row[1:]
+            glue = self.tokenizer == "wordpiece"
             for i in row:
                 if i in (self.end_id, self.pad_id):
                     break
-                words.append(self._vocabulary[i])
+                token = self._vocabulary[i]
+                if (
+                    glue
+                    and words
+                    and token.startswith(SUFFIX)
+                    and len(token) > len(SUFFIX)
+                ):
+                    words[-1] += token[len(SUFFIX) :]
+                else:
+                    words.append(token)
             out.append(separator.join(words))
         return out[0] if scalar else out
 
@@ -359,6 +546,7 @@ class TextProcessor:
             "punctuation": self.punctuation,
             "keep_digits": self.keep_digits,
             "split_digits": self.split_digits,
+            "tokenizer": self.tokenizer,
             "vocabulary": None
             if self._vocabulary is None
             else list(self._vocabulary),
@@ -374,5 +562,6 @@ class TextProcessor:
             f"TextProcessor(max_length={self.max_length}, "
             f"punctuation={self.punctuation!r}, "
             f"keep_digits={self.keep_digits}, "
-            f"split_digits={self.split_digits}, vocabulary_size={size})"
+            f"split_digits={self.split_digits}, "
+            f"tokenizer={self.tokenizer!r}, vocabulary_size={size})"
         )
