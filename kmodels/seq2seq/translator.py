@@ -17,13 +17,14 @@ from keras import ops
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
-from kmodels.backend.compiled import compile_reader
+from kmodels.backend.compiled import compile_inference_loop
 from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.checks import checked
 from kmodels.contracts.hook import ContractModel
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
+from kmodels.seq2seq import decoding
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import Encoder
@@ -63,6 +64,10 @@ class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
     is wrapped in `[START] ... [END]` (after `''` and `[UNK]`), but pass the
     looked-up values.
 
+    `generate` decodes with keras-hub's samplers: greedy (the default),
+    random, top-k, top-p or beam search, and can return each sequence's
+    log-probability (`return_scores=True`); see `docs/decoding.md`.
+
     To reuse a pretrained encoder (e.g. from an `Autoencoder`), pass it as
     `encoder=`; set `encoder.trainable = False` (then compile) to freeze it.
     The sizes may then be left as `None` and are read from the encoder.
@@ -100,6 +105,11 @@ class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
     >>> ids, attention = model.generate(context, max_length=6)
     >>> tuple(ids.shape), tuple(attention.shape)
     ((1, 6), (1, 6, 4))
+    >>> ids, attention, scores = model.generate(
+    ...     context, max_length=6, sampler="beam", num_beams=3,
+    ...     return_scores=True)
+    >>> tuple(ids.shape), tuple(scores.shape)
+    ((1, 6), (1,))
     """
 
     def __init__(
@@ -221,69 +231,162 @@ class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
         check_translator_inputs(self, x, y)
 
     def generate(
-        self, context_tokens, max_length=50, temperature=0.0, seed=None
+        self,
+        context_tokens,
+        max_length=50,
+        sampler=None,
+        return_scores=False,
+        temperature=None,
+        seed=None,
+        **sampler_kwargs,
     ):
         """Generates target ids for a batch of context ids.
 
-        Greedy (argmax) at `temperature=0`, else sampled from
-        `softmax(logits / temperature)`; the padding id 0 is never
-        produced. A sequence stops at `end_id`: the
-        end id itself and everything after it are 0, as are the attention
-        rows there. On TensorFlow and JAX the whole loop is one compiled
-        `keras.ops.while_loop` (traced once per input shape, `max_length`
-        and greedy/sampling); on torch it runs eagerly.
+        The loop is a `keras_hub.samplers` sampler's (one
+        `keras.ops.while_loop`), over a step function whose cache is the
+        decoder's GRU state; see `docs/decoding.md`. The padding id 0 is
+        never produced. A sequence stops at `end_id`: the end id itself and
+        everything after it are 0, as are the attention rows there. The
+        loop stops early once every sequence (every beam) has ended. On
+        TensorFlow and JAX the whole generation is one compiled function,
+        traced once per input shape, `max_length` and sampler settings; on
+        torch it runs eagerly.
+
+        | `sampler` | keras-hub class | `**sampler_kwargs` |
+        |---|---|---|
+        | `"greedy"` | `GreedySampler` | none |
+        | `"random"` | `RandomSampler` | none |
+        | `"top_k"` | `TopKSampler` | `k=5` |
+        | `"top_p"` | `TopPSampler` | `p=0.1`, `k=None` |
+        | `"beam"` | `BeamSampler` | `num_beams=4`, `return_all_beams=False` |
+
+        A `keras_hub.samplers.Sampler` instance (Greedy, Random, TopK, TopP
+        or Beam) may be passed instead of a name, with its own temperature.
 
         Args:
             context_tokens: int `(batch, s)`, right-padded with 0; ids must
                 lie in `[0, context_vocabulary_size)` (checked eagerly).
             max_length: int. Number of generated positions.
-            temperature: float >= 0.
-            seed: optional int. With a seed, sampling is reproducible (on a
-                given backend); without, each call draws afresh.
+            sampler: a name from the table, a sampler instance, or `None`
+                (the default): `"greedy"`, or `"random"` when `temperature`
+                is > 0 (the behaviour of the temperature-only API).
+            return_scores: bool. Also return each sequence's
+                log-probability: the sum, over the generated ids up to and
+                including `end_id`, of `log_softmax` of the raw logits with
+                the padding id excluded (the temperature does not enter).
+            temperature: float >= 0 or `None`. For `"random"`, `"top_k"`
+                and `"top_p"`: the logits are divided by it before sampling
+                (`None` means 1.0; 0 is refused). `"greedy"` and `"beam"`
+                take only `None` or 0.
+            seed: optional int in `[0, 2**31)`. With a seed, sampling is
+                reproducible (on a given backend); without, each call draws
+                afresh. Deterministic samplers ignore it.
+            **sampler_kwargs: the sampler's arguments (table above).
 
         Returns:
-            `(ids, attention)`: int32 `(batch, max_length)` and float
-            `(batch, max_length, s)`.
+            `(ids, attention)`, and `scores` last with `return_scores=True`:
+            int32 `(batch, max_length)`, float `(batch, max_length, s)` and
+            float32 `(batch,)`. Beam search returns its best beam; with
+            `return_all_beams=True` every beam, sorted by score (best
+            first): `(batch, num_beams, max_length)`, `(batch, num_beams,
+            max_length, s)` and `(batch, num_beams)`. Beams beyond the
+            number of distinct sequences the search could form score
+            `-inf`.
+
+        Raises:
+            ValueError: ids out of range, `max_length < 1`, a negative
+                temperature, an unknown sampler name or argument, or a
+                temperature the sampler does not take.
+
+        Example:
+        >>> import numpy as np
+        >>> from kmodels.seq2seq import Translator
+        >>> model = Translator(20, 30, units=8, start_id=2, end_id=3)
+        >>> context = np.array([[5, 6, 7, 0]])
+        >>> ids, attention, scores = model.generate(
+        ...     context, max_length=6, sampler="beam", num_beams=3,
+        ...     return_all_beams=True, return_scores=True)
+        >>> tuple(ids.shape), tuple(attention.shape), tuple(scores.shape)
+        ((1, 3, 6), (1, 3, 6, 4), (1, 3))
         """
+        owner = "Translator.generate"
         tokens = check_token_range(
-            context_tokens,
-            self.context_vocabulary_size,
-            owner="Translator.generate",
+            context_tokens, self.context_vocabulary_size, owner=owner
         )
         max_length = int(max_length)
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1; got {max_length}")
-        temperature = float(temperature)
-        if not temperature >= 0.0:
-            raise ValueError(f"temperature must be >= 0; got {temperature}")
+        return_scores = check_bool(return_scores, "return_scores", owner)
+        request = decoding.plan(
+            sampler,
+            temperature,
+            seed,
+            sampler_kwargs,
+            self.target_vocabulary_size,
+            owner,
+        )
         if not self.built:
             self.build((tokens.shape, (tokens.shape[0], 1)))
-        sample = temperature > 0.0
-        if sample:
-            uniforms = keras.random.uniform(
-                (tokens.shape[0], max_length), seed=seed
-            )
-        else:
-            uniforms = ops.zeros((tokens.shape[0], max_length))
-        key = (max_length, sample)
+        key = (max_length, request.key)
         if key not in self._generators:
+            instance = request.build()
+            scaled = request.temperature is not None
 
-            def loop(tokens, uniforms, temperature):
-                return self._generate_loop(
-                    tokens, uniforms, temperature, max_length, sample
-                )
+            def run(tokens, temperature):
+                if scaled:
+                    # A tensor: one trace serves every temperature.
+                    instance.temperature = temperature
+                try:
+                    outputs = decoding.decode(
+                        self,
+                        instance,
+                        tokens,
+                        max_length,
+                        request.num_beams,
+                        request.return_all_beams,
+                    )
+                finally:
+                    if scaled:
+                        instance.temperature = 1.0
+                # The samplers' random states after the loop (on JAX they
+                # live in the compiled function's scope).
+                states = [ops.convert_to_tensor(v) for v in instance.variables]
+                return outputs, states
 
-            self._generators[key] = compile_reader(loop, self.variables)
-        with checked():
-            return self._generators[key](
-                ops.convert_to_tensor(tokens, "int32"),
-                uniforms,
-                ops.convert_to_tensor(
-                    temperature if sample else 1.0, "float32"
+            self._generators[key] = (
+                instance,
+                compile_inference_loop(
+                    run, self.variables + instance.variables
                 ),
             )
+        instance, run = self._generators[key]
+        if request.seed is not None:
+            decoding.reset_seed(instance, request.seed)
+        temperature = request.temperature
+        with checked():
+            (ids, attention, scores), states = run(
+                ops.convert_to_tensor(tokens, "int32"),
+                ops.convert_to_tensor(
+                    1.0 if temperature is None else temperature, "float32"
+                ),
+            )
+        for variable, value in zip(instance.variables, states):
+            variable.assign(value)
+        # Outputs, not graph nodes: torch's eager loop records gradients.
+        ids, attention, scores = (
+            ops.stop_gradient(x) for x in (ids, attention, scores)
+        )
+        if return_scores:
+            return ids, attention, scores
+        return ids, attention
 
     def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
+        """The hand-written greedy (or inverse-CDF sampling) loop, pure
+        `keras.ops` and traceable: `(ids, attention)` as `generate` returns
+        them for greedy decoding. Kept for exports that trace it inside a
+        `tf.function` (`uniforms (batch, max_length)` in `[0, 1)` are only
+        read when `sample`); `generate` itself uses keras-hub's samplers.
+        """
         context = self.encoder(tokens)
         context_mask = padding_mask(tokens)
         batch, s = ops.shape(tokens)[0], ops.shape(tokens)[1]
