@@ -114,6 +114,22 @@ def generate(sizes, timing):
     """Greedy `Translator.generate` on right-padded sequences; the end
     token's logit is pushed to -1e9 (as for the tutorial's loop) so every
     sequence runs `max_length` steps."""
+    return _generate(sizes, timing)
+
+
+def generate_beam(sizes, timing):
+    """`generate(..., sampler="beam", num_beams=4)`, as `generate`."""
+    return _generate(sizes, timing, sampler="beam", num_beams=4)
+
+
+def generate_top_k(sizes, timing):
+    """`generate(..., sampler="top_k", k=10, temperature=1.0)`, seeded."""
+    return _generate(
+        sizes, timing, sampler="top_k", k=10, temperature=1.0, seed=0
+    )
+
+
+def _generate(sizes, timing, **kwargs):
     import keras
 
     model = _translator(sizes)
@@ -127,7 +143,7 @@ def generate(sizes, timing):
     out = {}
 
     def step():
-        ids = model.generate(context, max_length=sizes["max_length"])
+        ids = model.generate(context, max_length=sizes["max_length"], **kwargs)
         if isinstance(ids, (tuple, list)):
             ids = ids[0]
         out["ids"] = keras.ops.convert_to_numpy(ids)

@@ -94,9 +94,9 @@ def test_targets_ratios_and_verdicts():
     assert torch_gru["met"] == "no"
     # The BiGRU target binds torch only; other backends are not measured.
     assert _target(targets, "BiGRU: masked", "jax")["met"] == "n/a"
-    gen_tf = _target(targets, "Generation", "tensorflow")
+    gen_tf = _target(targets, "Generation: tokens/s", "tensorflow")
     assert gen_tf["value"] == pytest.approx(10.0) and gen_tf["met"] == "yes"
-    gen_jax = _target(targets, "Generation", "jax")
+    gen_jax = _target(targets, "Generation: tokens/s", "jax")
     assert gen_jax["value"] == pytest.approx(2.5) and gen_jax["met"] == "no"
     # Input contracts: checked / unchecked step time, at most 1.05.
     contracts_jax = _target(targets, "Seq2Seq train: input contracts", "jax")

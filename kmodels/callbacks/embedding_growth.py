@@ -1,6 +1,7 @@
 """Growth of `GrowableEmbedding` tables inside `model.fit`."""
 
 import keras
+import numpy as np
 
 from kmodels.backend import growth as growth_backend
 from kmodels.contracts.structure import path_to
@@ -88,6 +89,8 @@ class EmbeddingGrowth(keras.callbacks.Callback):
                 "EmbeddingGrowth found no GrowableEmbedding in model "
                 f"'{model.name}'."
             )
+        for table in self._tables:
+            _check_one_call(model, table)
         self._locators = {t.name: self._locator(model, t) for t in self._tables}
         retrace = False
         for table in self._tables:
@@ -173,10 +176,13 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         struct = getattr(model, "_inputs_struct", None)
         if struct is not None:
             for node in table._inbound_nodes:
-                for tensor in node.input_tensors:
-                    found = path_to(struct, tensor)
-                    if found is not None:
-                        return found
+                # The ids only (not a bag's `weights`); a table shared by
+                # several features takes a list of ids in one call.
+                found = [path_to(struct, tensor) for tensor in _node_ids(node)]
+                if len(found) == 1 and found[0] is not None:
+                    return found[0]
+                if found and all(f is not None for f in found):
+                    return lambda x, fs=found: _concatenated(x, fs)
         inputs = getattr(model, "inputs", None) or []
         if len(inputs) == 1:
             return lambda x: keras.tree.flatten(x)[0]
@@ -184,4 +190,44 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             f"EmbeddingGrowth cannot tell which input of model '{model.name}' "
             f"holds the ids of GrowableEmbedding '{table.name}'. Pass "
             f"EmbeddingGrowth(ids={{'{table.name}': lambda x: ...}})."
+        )
+
+
+def _node_ids(node):
+    """The tensors a call of a `GrowableEmbedding` took as ids."""
+    args = node.arguments.args
+    ids = args[0] if args else node.arguments.kwargs.get("inputs")
+    return keras.tree.flatten(ids)
+
+
+def _concatenated(x, locators):
+    return np.concatenate(
+        [
+            np.asarray(keras.ops.convert_to_numpy(f(x))).reshape(-1)
+            for f in locators
+        ]
+    )
+
+
+def _check_one_call(model, table):
+    """A table's sparse update runs once per call: two calls in one step
+    would each apply the optimizer (and, on JAX, add two updated tables).
+    Refuses a functional model that calls a table more than once."""
+    by_depth = getattr(model, "_nodes_by_depth", None)
+    if not isinstance(by_depth, dict):
+        return
+    calls = sum(
+        1
+        for nodes in by_depth.values()
+        for node in nodes
+        if node.operation is table
+    )
+    if calls > 1:
+        raise ValueError(
+            f"GrowableEmbedding '{table.name}' is called {calls} times in "
+            f"model '{model.name}'; a table takes one call per step (its "
+            "sparse update runs once per call). Share it between features "
+            "with one call on a list of ids, e.g. `table([history, item])`, "
+            "which returns one output per feature and sums their gradients "
+            "before the single update."
         )

@@ -22,6 +22,7 @@ from kmodels.layers.saved_state import checked_entries
 from kmodels.layers.saved_state import entry_checksums
 
 _UNSEEN = ("zeros", "oov", "error")
+_COMBINERS = ("sum", "mean", "sqrtn")
 # `_row_uniform` hashes `2 * seed + stream` in 64 bits: distinct up to here.
 _MAX_SEED = 2**63 - 1
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -106,6 +107,18 @@ class GrowableEmbedding(keras.layers.Layer):
     multiple of the number of shards (at build, growth and load) and a grown
     table keeps its sharding. Under `DataParallel` it is replicated.
 
+    With a `combiner` the layer reads padded bags of ids per example (the
+    last axis of the ids is the bag) and returns one vector per bag: the
+    sum, mean or sqrtn of its rows, each scaled by its optional weight, as
+    keras-rs `TableConfig(combiner=...)`, TorchRec `EmbeddingBagCollection`
+    and TensorFlow's `embedding_lookup_sparse`. With `mask_zero=True` id 0
+    is padding: weight 0, and no row (nor slot) moves for it. One table can
+    serve several features (a user's history bag and a candidate item): call
+    it once on the list of their ids; it returns one output per feature, and
+    the gradients of all of them are summed per row before the table's one
+    sparse update of the step. A table takes one call per train step
+    (`EmbeddingGrowth` refuses a functional model that calls it twice).
+
     The arguments are checked at construction, with the same `ValueError`
     on every backend: sizes must be integers >= 1 (`2.5`, `"8"` and `True`
     are refused, not truncated), `growth_factor` a finite number > 1, the
@@ -149,10 +162,19 @@ class GrowableEmbedding(keras.layers.Layer):
         key_index: optional `kmodels.layers.KeyIndex` mapping raw keys to
             the rows of this table in the data pipeline; saved and loaded
             with the layer.
+        combiner: `None` (default: one vector per id), `"sum"`, `"mean"` or
+            `"sqrtn"`: combine each bag (last axis of the ids) into one
+            vector, `sum_j w_j e_j / N` with `N` 1, `sum_j w_j` or
+            `sqrt(sum_j w_j^2)`; an empty bag gives zeros.
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
-        inputs: integer tensor of ids, any shape.
+        inputs: integer tensor of ids, any shape (with a `combiner`:
+            padded bags `(batch, ..., bag)`); or a list of such tensors,
+            features that share the table (one output per feature).
+        weights: optional float tensor of the shape of `inputs` (a list
+            like `inputs`, entries may be `None`), one weight per id of a
+            bag; needs a `combiner`.
         training: bool. Growth and sparse updates happen only in training.
 
     Example:
@@ -167,6 +189,17 @@ class GrowableEmbedding(keras.layers.Layer):
     model.fit(x, np.zeros((2, 4)), callbacks=[
         kmodels.callbacks.EmbeddingGrowth()])
     embedding.capacity  # 8
+    ```
+
+    A history bag and a candidate item sharing one table:
+
+    ```python
+    items = kmodels.layers.GrowableEmbedding(
+        8, combiner="mean", mask_zero=True)
+    history = keras.Input(shape=(20,), dtype="int32")  # 0 = padding
+    candidate = keras.Input(shape=(1,), dtype="int32")
+    user, item = items([history, candidate])
+    score = keras.ops.sum(user * item, axis=-1)
     ```
 
     References:
@@ -192,6 +225,7 @@ class GrowableEmbedding(keras.layers.Layer):
         mask_zero=False,
         seed=None,
         key_index=None,
+        combiner=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -223,6 +257,8 @@ class GrowableEmbedding(keras.layers.Layer):
                 f"{owner}: `key_index` must be a kmodels.layers.KeyIndex or "
                 f"None; got {type(key_index).__name__}."
             )
+        if combiner is not None:
+            combiner = check_choice(combiner, "combiner", owner, _COMBINERS)
         table_optimizer = _table_optimizer(optimizer)
         if seed is None:
             # As Keras' initializers do (`make_default_seed`): from Python's
@@ -251,6 +287,7 @@ class GrowableEmbedding(keras.layers.Layer):
         self.mask_zero = mask_zero
         self.seed = seed
         self.key_index = key_index
+        self.combiner = combiner
         self.supports_masking = self.mask_zero
         # Set by `EmbeddingGrowth` while it guards `fit`: every batch of a
         # compiled step has been checked and fitted beforehand.
@@ -569,27 +606,96 @@ class GrowableEmbedding(keras.layers.Layer):
     _warns_when_unchecked = False
 
     def __call__(self, *args, **kwargs):
+        # The structure (bags, weights, several features) is checked on
+        # symbolic and concrete calls alike, with the same message.
+        inputs = args[0] if args else kwargs.get("inputs")
+        weights = args[1] if len(args) > 1 else kwargs.get("weights")
+        self._features(inputs, weights)
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
 
     def _check_call_arguments(self, arguments, training):
-        if arguments.get("inputs") is not None:
-            check_growable_ids(self, arguments.get("inputs"), training)
+        inputs = arguments.get("inputs")
+        if inputs is not None:
+            for ids in self._features(inputs, None)[0]:
+                check_growable_ids(self, ids, training)
 
-    def call(self, inputs, training=None):
-        ids = inputs
-        if not _is_integer_dtype(ids):
-            raise TypeError(
-                f"GrowableEmbedding '{self.name}' expects integer ids; got "
-                f"dtype {keras.backend.standardize_dtype(ids.dtype)}. Map "
-                "raw keys to rows with kmodels.layers.KeyIndex."
+    def _features(self, inputs, weights):
+        """`(ids of each feature, weights of each, several)`: `inputs` is
+        one tensor of ids or a list of them (one table shared by several
+        features, `several=True`); `weights` is `None`, a tensor, or a list
+        like `inputs`. Raises on a structure the layer cannot read."""
+        where = f"GrowableEmbedding '{self.name}'"
+        several = _is_feature_list(inputs)
+        features = list(inputs) if several else [inputs]
+        for ids in features:
+            _refuse_ragged(ids, where, "ids")
+        if weights is None:
+            weights = [None] * len(features)
+        elif several:
+            if not isinstance(weights, (list, tuple)) or len(weights) != len(
+                features
+            ):
+                raise ValueError(
+                    f"{where} got {len(features)} features: `weights` must "
+                    f"be None or a list of {len(features)} (tensors or "
+                    f"None), one per feature; got {_describe(weights)}."
+                )
+            weights = list(weights)
+        else:
+            weights = [weights]
+        if self.combiner is None and any(w is not None for w in weights):
+            raise ValueError(
+                f"{where} got `weights` but has combiner=None: per-id weights "
+                "scale the ids of a bag before they are combined. Pass "
+                'combiner="sum", "mean" or "sqrtn".'
             )
-        concrete = growth_backend.is_concrete(ids) and not _in_stateless()
+        for ids, w in zip(features, weights):
+            shape = _static_shape(ids)
+            if self.combiner is not None and shape is not None:
+                if len(shape) < 2:
+                    raise ValueError(
+                        f"{where} has combiner={self.combiner!r}: it expects "
+                        "padded bags of ids of shape (batch, bag) (the last "
+                        f"axis is the bag); got shape {shape}."
+                    )
+            if w is None:
+                continue
+            _refuse_ragged(w, where, "weights")
+            w_shape = _static_shape(w)
+            if shape is None or w_shape is None:
+                continue
+            same = len(shape) == len(w_shape) and all(
+                a is None or b is None or a == b for a, b in zip(shape, w_shape)
+            )
+            if not same:
+                raise ValueError(
+                    f"{where}: `weights` must have the shape of the ids "
+                    f"(one weight per id), {shape}; got {w_shape}."
+                )
+        return features, weights, several
+
+    def call(self, inputs, weights=None, training=None):
+        features, weights, several = self._features(inputs, weights)
+        for ids in features:
+            if not _is_integer_dtype(ids):
+                raise TypeError(
+                    f"GrowableEmbedding '{self.name}' expects integer ids; "
+                    "got dtype "
+                    f"{keras.backend.standardize_dtype(ids.dtype)}. Map "
+                    "raw keys to rows with kmodels.layers.KeyIndex."
+                )
+        concrete = (
+            all(growth_backend.is_concrete(ids) for ids in features)
+            and not _in_stateless()
+        )
         # Off inside `kmodels.diagnostics`: no growth, no row update.
         updates = growth_backend.sparse_updates_enabled()
         if concrete:
-            checked = self.check_ids(ids)
+            checked = np.concatenate(
+                [self.check_ids(ids).reshape(-1) for ids in features]
+            )
             if training:
                 if updates:
                     self.ensure_capacity(checked)
@@ -600,8 +706,35 @@ class GrowableEmbedding(keras.layers.Layer):
                         f"{int(checked.max())} at inference (capacity "
                         f'{self.capacity}) and unseen="error".'
                     )
-        shape = ops.shape(ids)
-        flat = ops.cast(ops.reshape(ids, (-1,)), "int32")
+        shapes = [ops.shape(ids) for ids in features]
+        flats = [ops.cast(ops.reshape(ids, (-1,)), "int32") for ids in features]
+        # Several features share one lookup, hence one sparse update with
+        # the gradients of all of them summed per row.
+        flat = ops.concatenate(flats) if several else flats[0]
+        keep = None
+        if self.combiner is not None and self.mask_zero:
+            # Padding in a bag: combined with weight 0 and trains no row.
+            keep = ops.not_equal(flat, 0)
+        rows = self._lookup(flat, keep, training, concrete, updates)
+        outputs = []
+        start = 0
+        for ids, shape, part, w in zip(features, shapes, flats, weights):
+            if several:
+                stop = start + ops.shape(part)[0]
+                part = rows[start:stop]
+                start = stop
+            else:
+                part = rows
+            part = ops.reshape(part, tuple(shape) + (self.output_dim,))
+            if self.combiner is not None:
+                part = self._combine(part, ids, w)
+            outputs.append(part)
+        return outputs if several else outputs[0]
+
+    def _lookup(self, flat, keep, training, concrete, updates):
+        """Rows of the flat int32 ids, `(n, output_dim)` in the compute
+        dtype. `keep`: optional boolean mask of `flat`; the other entries
+        (padding of bags) train no row."""
         # Read from the variable, not a Python int: on TensorFlow a function
         # traced before a growth must see the new capacity.
         capacity = growth_backend.capacity_of(self.embeddings)
@@ -623,9 +756,9 @@ class GrowableEmbedding(keras.layers.Layer):
                 # Every id fits: grown just above, or by EmbeddingGrowth
                 # before the step.
                 flat = ops.clip(flat, 0, capacity - 1)
-                rows = growth_backend.sparse_lookup(self, flat)
+                rows = growth_backend.sparse_lookup(self, flat, seen=keep)
             else:
-                rows = self._unmanaged_lookup(flat, capacity)
+                rows = self._unmanaged_lookup(flat, capacity, keep)
         else:
             seen = ops.logical_and(flat >= 0, flat < capacity)
             if self.unseen == "oov":
@@ -636,13 +769,37 @@ class GrowableEmbedding(keras.layers.Layer):
                     self.embeddings.value, ops.where(seen, flat, 0), axis=0
                 )
                 rows = rows * ops.cast(ops.expand_dims(seen, -1), rows.dtype)
-        rows = ops.cast(rows, self.compute_dtype)
-        return ops.reshape(rows, tuple(shape) + (self.output_dim,))
+        return ops.cast(rows, self.compute_dtype)
 
-    def _unmanaged_lookup(self, flat, capacity):
+    def _combine(self, rows, ids, weights):
+        """Combines the rows `(..., bag, dim)` of each bag into one vector
+        `(..., dim)`: sum, mean or sqrtn of the rows times their weights
+        (1 without `weights`; 0 for padding), as TensorFlow's
+        `embedding_lookup_sparse`. An empty bag gives zeros."""
+        dtype = rows.dtype
+        if weights is None:
+            w = ops.ones(ops.shape(ids), dtype)
+        else:
+            w = ops.cast(weights, dtype)
+        if self.mask_zero:
+            w = w * ops.cast(ops.not_equal(ids, 0), dtype)
+        total = ops.sum(rows * ops.expand_dims(w, -1), axis=-2)
+        if self.combiner == "sum":
+            return total
+        if self.combiner == "mean":
+            norm = ops.sum(w, axis=-1, keepdims=True)
+        else:
+            norm = ops.sqrt(ops.sum(w * w, axis=-1, keepdims=True))
+        nonzero = ops.not_equal(norm, 0)
+        # The division of an empty bag never runs (no NaN in its gradient).
+        safe = ops.where(nonzero, norm, ops.ones_like(norm))
+        return ops.where(nonzero, total / safe, ops.zeros_like(total))
+
+    def _unmanaged_lookup(self, flat, capacity, keep=None):
         """Training lookup inside a compiled step without `EmbeddingGrowth`:
         the table cannot grow, so ids at or past the capacity (or negative)
-        get zero vectors and move no row; the others train as usual."""
+        get zero vectors and move no row; the others train as usual (but
+        the entries outside `keep`, padding of bags)."""
         if not self._warned_unmanaged:
             self._warned_unmanaged = True
             warnings.warn(
@@ -650,6 +807,8 @@ class GrowableEmbedding(keras.layers.Layer):
                 stacklevel=3,
             )
         seen = ops.logical_and(flat >= 0, flat < capacity)
+        if keep is not None:
+            seen = ops.logical_and(seen, keep)
         rows = growth_backend.sparse_lookup(
             self, ops.where(seen, flat, 0), seen=seen
         )
@@ -727,11 +886,21 @@ class GrowableEmbedding(keras.layers.Layer):
         return rows, new_rows, new_slots
 
     def compute_mask(self, inputs, mask=None):
-        if not self.mask_zero:
+        # A combiner consumes the padding: a bag's vector has no mask.
+        if not self.mask_zero or self.combiner is not None:
             return None
+        if _is_feature_list(inputs):
+            return [ops.not_equal(ids, 0) for ids in inputs]
         return ops.not_equal(inputs, 0)
 
     def compute_output_shape(self, input_shape):
+        several = isinstance(input_shape, list) and all(
+            isinstance(s, (list, tuple)) for s in input_shape
+        )
+        if several:
+            return [self.compute_output_shape(tuple(s)) for s in input_shape]
+        if self.combiner is not None:
+            input_shape = tuple(input_shape)[:-1]
         return tuple(input_shape) + (self.output_dim,)
 
     # ---------------------------------------------------------------- saving
@@ -828,6 +997,7 @@ class GrowableEmbedding(keras.layers.Layer):
                     if self.key_index is None
                     else keras.saving.serialize_keras_object(self.key_index)
                 ),
+                "combiner": self.combiner,
             }
         )
         return config
@@ -866,6 +1036,54 @@ def unmanaged_growth_warning(name, capacity):
         "checked either). Pass callbacks=[kmodels.callbacks.EmbeddingGrowth()] "
         "to fit to grow the table for them."
     )
+
+
+def _is_feature_list(inputs):
+    """Whether `inputs` lists several features (tensors or arrays), as
+    opposed to one nested Python list of ids."""
+    return (
+        isinstance(inputs, (list, tuple))
+        and len(inputs) > 0
+        and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in inputs)
+    )
+
+
+def _static_shape(x):
+    """The shape of `x` with `None` for unknown dimensions; `None` when
+    unknown (a Python list is read as an array)."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        try:
+            shape = np.asarray(x).shape
+        except ValueError:
+            return None
+    try:
+        return tuple(None if d is None else int(d) for d in shape)
+    except TypeError:
+        return None
+
+
+def _refuse_ragged(x, where, name):
+    kind = type(x).__name__
+    if kind in ("RaggedTensor", "SparseTensor"):
+        raise TypeError(
+            f"{where} expects padded `{name}` (a dense tensor, padding id 0 "
+            f"with mask_zero=True); got a {kind}. Pad it first, e.g. "
+            "ragged.to_tensor() or keras.utils.pad_sequences."
+        )
+    if isinstance(x, (list, tuple)) and not _is_feature_list(x):
+        try:
+            np.asarray(x)
+        except ValueError:
+            raise ValueError(
+                f"{where} expects padded `{name}` of one shape (batch, bag); "
+                "got Python lists of different lengths. Pad them first, e.g. "
+                "keras.utils.pad_sequences, with id 0 and mask_zero=True."
+            ) from None
+
+
+def _describe(value):
+    return f"{type(value).__name__}"
 
 
 def _round_up(n, multiple):

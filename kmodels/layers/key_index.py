@@ -9,6 +9,7 @@ from kmodels.arguments import check_bool
 from kmodels.arguments import check_choice
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
+from kmodels.backend.common.keyed_saved_model import key_table
 from kmodels.layers.saved_state import checked_entries
 from kmodels.layers.saved_state import entry_checksums
 
@@ -300,6 +301,40 @@ class KeyIndex(keras.layers.Layer):
     def keys(self):
         """Keys in row order."""
         return list(self._rows)
+
+    def lookup_layer(self):
+        """A TensorFlow lookup layer giving every key the row `lookup` gives
+        it now, frozen: unknown keys map to `oov_row`.
+
+        The layer is a snapshot of the index (keys added afterwards are
+        unknown to it) wrapping a `tf.lookup.StaticHashTable`, like
+        `keras.layers.IntegerLookup` / `StringLookup`: it runs TensorFlow
+        ops and returns TensorFlow int64 tensors of the shape of its
+        input, in a `tf.data` pipeline on every backend or in a TensorFlow
+        graph, not inside a model compiled by JAX or torch. It takes
+        string tensors (UTF-8) for a `"string"` index, integer tensors
+        for an `"int64"` one, and raises a `TypeError` otherwise. To serve
+        a model on raw keys, see `kmodels.models.export_with_keys`.
+
+        Returns:
+            A `keras.layers.Layer` mapping keys to int64 rows.
+
+        Raises:
+            ValueError: the index has `oov_row=None` (frozen, it raises a
+                `KeyError` for an unknown key, which a table cannot
+                express).
+
+        Example:
+
+        ```python
+        index = kmodels.layers.KeyIndex("string")
+        index.lookup(["sku-9", "sku-2"])  # array([1, 2])
+        rows = index.lookup_layer()
+        rows(tf.constant(["sku-2", "sku-7"]))  # [2, 0]
+        dataset = dataset.map(lambda k, y: (rows(k), y))
+        ```
+        """
+        return key_table(self)
 
     # ---------------------------------------------------------------- saving
     def _entry_names(self):

@@ -1,10 +1,12 @@
 """Model builders of kmodels (functional `keras.Model`s)."""
 
+from kmodels.models.key_serving import export_with_keys
 from kmodels.models.recommender import hit_rate_at_k
 from kmodels.models.recommender import recommender
 from kmodels.models.transformer_encoder import transformer_encoder
 
 __all__ = [
+    "export_with_keys",
     "hit_rate_at_k",
     "recommender",
     "transformer_encoder",

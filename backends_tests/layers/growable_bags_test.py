@@ -1,0 +1,350 @@
+"""Bags of ids and shared tables of GrowableEmbedding on every backend:
+`combiner="sum" | "mean" | "sqrtn"` with optional per-id weights, padding
+(id 0 with `mask_zero=True`) ignored, one table shared by several features
+in one call (gradients summed before one sparse update), all against the
+NumPy oracle step by step through `model.fit` while the table grows; the
+config and `.keras` files keep the combiner; bad inputs raise clear
+errors."""
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels.callbacks import EmbeddingGrowth
+from kmodels.layers import GrowableEmbedding
+from kmodels.testing.oracle.embedding_bag import embedding_bag
+from kmodels.testing.oracle.embedding_bag import embedding_bag_row_grads
+from kmodels.testing.oracle.embedding_bag import summed_sparse_step
+from kmodels.testing.oracle.sparse_optimizer import sparse_optimizer_step
+
+# float32 against float64 over three steps of size <= 0.1 on values of
+# order 1: rounding is near 1e-7.
+ATOL = 1e-6
+DIM = 2
+INIT = keras.initializers.RandomUniform(-1.0, 1.0)
+# Three batches of two bags of 4 ids (0 = padding with mask_zero=True); ids
+# up to 7 arrive in the second batch, so a table of 4 rows grows to 8.
+# Repeated ids, inside a bag and across bags, sum their gradients; the last
+# bag of the last batch is empty.
+BAGS = np.array(
+    [
+        [[1, 2, 2, 0], [3, 1, 0, 0]],
+        [[2, 5, 7, 7], [6, 0, 0, 0]],
+        [[1, 7, 3, 0], [0, 0, 0, 0]],
+    ],
+    "int32",
+)
+WEIGHTS = np.array(
+    [
+        [[0.5, 1.0, 2.0, 9.0], [1.5, -0.5, 3.0, 3.0]],
+        [[1.0, 0.25, 2.0, 1.0], [2.0, 7.0, 7.0, 7.0]],
+        [[3.0, 1.0, 0.5, 4.0], [1.0, 1.0, 1.0, 1.0]],
+    ],
+    "float32",
+)
+COMBINERS = ("sum", "mean", "sqrtn")
+SGD = ("sgd", {"learning_rate": 0.1})
+ADAM = ("adam", {"learning_rate": 0.05})
+
+
+def _numpy(x):
+    value = getattr(x, "value", x)
+    return keras.ops.convert_to_numpy(value).astype(np.float64)
+
+
+def _layer(combiner, optimizer=SGD, capacity=4, seed=3):
+    return GrowableEmbedding(
+        DIM,
+        initial_capacity=capacity,
+        optimizer=optimizer,
+        embeddings_initializer=INIT,
+        mask_zero=True,
+        combiner=combiner,
+        seed=seed,
+    )
+
+
+def _presized(capacity, seed):
+    layer = _layer(None, capacity=capacity, seed=seed)
+    layer.build()
+    return _numpy(layer.embeddings)
+
+
+class _Record(keras.callbacks.Callback):
+    """The table and its slots after each train batch."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+        self.states = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.model  # noqa: B018 (JAX: writes the training state back)
+        variables = [self.layer.embeddings, *self.layer.trained_slots]
+        self.states.append([_numpy(v) for v in variables])
+
+
+def _fit(model, layer, x, batches):
+    record = _Record(layer)
+    y = np.zeros((batches * 2,) + tuple(model.output.shape[1:]))
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(
+        x,
+        y,
+        batch_size=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth(), record],
+    )
+    return record.states
+
+
+def _assert_states(states, expected):
+    assert len(states) == len(expected)
+    for step, (got, want) in enumerate(zip(states, expected)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            # Before the growth the table has fewer rows than the oracle's
+            # pre-sized one: compare those it has.
+            np.testing.assert_allclose(
+                g, w[: len(g)], atol=ATOL, rtol=0, err_msg=f"step {step}"
+            )
+
+
+# ------------------------------------------------------------------ forward
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("combiner", COMBINERS)
+def test_forward_matches_oracle(combiner, weighted):
+    """Each combiner, with and without weights, equals the oracle; padding
+    (id 0) is ignored: a padded bag equals the same bag unpadded, and an
+    empty bag gives zeros."""
+    layer = _layer(combiner, capacity=8)
+    ids = BAGS.reshape(-1, 4)
+    weights = WEIGHTS.reshape(-1, 4) if weighted else None
+    got = _numpy(layer(ids, weights=weights))
+    table = _numpy(layer.embeddings)
+    want = embedding_bag(ids, table, combiner, weights, pad_id=0)
+    assert got.shape == (6, DIM)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    np.testing.assert_array_equal(got[5], np.zeros(DIM))
+    # Bag [1, 2, 2, 0] without its padding.
+    short = layer(
+        ids[:1, :3], weights=None if weights is None else weights[:1, :3]
+    )
+    np.testing.assert_allclose(_numpy(short), got[:1], atol=ATOL, rtol=0)
+    assert layer.compute_mask(ids) is None
+
+
+def test_symbolic_shapes_and_no_padding_without_mask_zero():
+    """Bags `(batch, seq, bag)` give `(batch, seq, dim)`; without
+    `mask_zero` id 0 is an ordinary id of the bag."""
+    layer = GrowableEmbedding(
+        DIM, initial_capacity=4, combiner="mean", embeddings_initializer=INIT
+    )
+    ids = keras.Input(shape=(3, 5), dtype="int32")
+    assert tuple(layer(ids).shape) == (None, 3, DIM)
+    got = _numpy(layer(np.array([[0, 1]])))
+    table = _numpy(layer.embeddings)
+    np.testing.assert_allclose(
+        got, [(table[0] + table[1]) / 2], atol=ATOL, rtol=0
+    )
+
+
+# ----------------------------------------------------------------- training
+# (combiner, weighted, table optimizer, oracle keyword arguments).
+TRAINING = {
+    "sum_sgd": ("sum", False, SGD, dict(kind="sgd", learning_rate=0.1)),
+    "mean_weighted_adam": (
+        "mean",
+        True,
+        ADAM,
+        dict(kind="adam", learning_rate=0.05),
+    ),
+    "sqrtn_weighted_sgd": (
+        "sqrtn",
+        True,
+        SGD,
+        dict(kind="sgd", learning_rate=0.1),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRAINING))
+def test_fit_matches_oracle_each_step_while_growing(case):
+    """`fit` on bags equals the oracle after every step while the table
+    grows from 4 to 8 rows in the second step (the oracle's table is
+    pre-sized to 8); the padding row 0 and its slots never move."""
+    combiner, weighted, optimizer, kwargs = TRAINING[case]
+    layer = _layer(combiner, optimizer)
+    ids = keras.Input(shape=(4,), dtype="int32")
+    inputs, x = ids, BAGS.reshape(-1, 4)
+    if weighted:
+        w = keras.Input(shape=(4,))
+        inputs, x = [ids, w], [x, WEIGHTS.reshape(-1, 4)]
+        out = layer(ids, weights=w)
+    else:
+        out = layer(ids)
+    states = _fit(keras.Model(inputs, out), layer, x, len(BAGS))
+    assert layer.capacity == 8 and layer.growths == 1
+    table = _presized(8, seed=3)
+    slots = [np.zeros_like(table) for _ in layer.trained_slots]
+    expected = []
+    for k, bags in enumerate(BAGS):
+        weights = WEIGHTS[k] if weighted else None
+        out = embedding_bag(bags, table, combiner, weights, pad_id=0)
+        # MSE towards zeros over 2 bags of DIM columns.
+        grads = 2.0 * out / (2 * DIM)
+        rows, row_grads = embedding_bag_row_grads(
+            bags, combiner, grads, weights, pad_id=0
+        )
+        table, slots = sparse_optimizer_step(
+            table, slots, k, rows, row_grads, **kwargs
+        )
+        expected.append([table, *slots])
+    _assert_states(states, expected)
+    np.testing.assert_array_equal(states[-1][0][0], _presized(8, seed=3)[0])
+    for slot in states[-1][1:]:
+        np.testing.assert_array_equal(slot[0], np.zeros(DIM))
+    assert float(_numpy(layer.step)) == len(BAGS)
+
+
+# ------------------------------------------------------------ shared tables
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_shared_table_sums_gradients_before_one_update(optimizer):
+    """One table shared by a history bag (mean) and a candidate item (a
+    bag of one id), called once on the list of both: each step equals the
+    oracle's single sparse update on the gradients of both features summed
+    per row (one optimizer step per train step), while the table grows."""
+    rule, kwargs = {
+        "sgd": (SGD, dict(kind="sgd", learning_rate=0.1)),
+        "adam": (ADAM, dict(kind="adam", learning_rate=0.05)),
+    }[optimizer]
+    layer = _layer("mean", rule)
+    history = keras.Input(shape=(4,), dtype="int32")
+    item = keras.Input(shape=(1,), dtype="int32")
+    h, i = layer([history, item])
+    model = keras.Model([history, item], keras.layers.Concatenate()([h, i]))
+    items = np.array([[[2], [1]], [[7], [2]], [[3], [5]]], "int32")
+    x = [BAGS.reshape(-1, 4), items.reshape(-1, 1)]
+    states = _fit(model, layer, x, len(BAGS))
+    assert layer.capacity == 8
+    assert float(_numpy(layer.step)) == len(BAGS)
+    table = _presized(8, seed=3)
+    slots = [np.zeros_like(table) for _ in layer.trained_slots]
+    expected = []
+    for k in range(len(BAGS)):
+        features = []
+        for bags in (BAGS[k], items[k]):
+            out = embedding_bag(bags, table, "mean", pad_id=0)
+            # MSE towards zeros over 2 examples of 2 * DIM columns.
+            grads = 2.0 * out / (2 * 2 * DIM)
+            features.append(
+                embedding_bag_row_grads(bags, "mean", grads, pad_id=0)
+            )
+        table, slots = summed_sparse_step(table, slots, k, features, **kwargs)
+        expected.append([table, *slots])
+    _assert_states(states, expected)
+    if optimizer == "adam":
+        # Summing matters: two updates per step (one per feature) end far
+        # from the run.
+        far, far_slots = _presized(8, seed=3), [np.zeros((8, DIM))] * 2
+        for k in range(len(BAGS)):
+            for bags in (BAGS[k], items[k]):
+                out = embedding_bag(bags, far, "mean", pad_id=0)
+                rows, g = embedding_bag_row_grads(
+                    bags, "mean", out / (2 * DIM), pad_id=0
+                )
+                far, far_slots = sparse_optimizer_step(
+                    far, far_slots, 2 * k, rows, g, **kwargs
+                )
+        assert np.abs(far - states[-1][0]).max() > 100 * ATOL
+
+
+def test_table_called_twice_in_a_model_is_refused():
+    """Two calls of one table in a model would each run the sparse
+    optimizer: `EmbeddingGrowth` refuses it and names the one-call form."""
+    layer = _layer("sum")
+    a = keras.Input(shape=(4,), dtype="int32")
+    b = keras.Input(shape=(4,), dtype="int32")
+    model = keras.Model([a, b], layer(a) + layer(b))
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match=r"called 2 times .*table\(\[hist"):
+        model.fit(
+            [BAGS[0], BAGS[1]],
+            np.zeros((2, DIM)),
+            verbose=0,
+            callbacks=[EmbeddingGrowth()],
+        )
+
+
+# ------------------------------------------------------------------- saving
+def test_config_and_keras_file_keep_the_combiner(tmp_path):
+    layer = _layer("sqrtn", ADAM)
+    ids = keras.Input(shape=(4,), dtype="int32")
+    w = keras.Input(shape=(4,))
+    model = keras.Model([ids, w], layer(ids, weights=w))
+    x = [BAGS.reshape(-1, 4), WEIGHTS.reshape(-1, 4)]
+    _fit(model, layer, x, len(BAGS))
+    assert layer.get_config()["combiner"] == "sqrtn"
+    assert GrowableEmbedding.from_config(layer.get_config()).combiner == "sqrtn"
+    path = str(tmp_path / "bags.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    table = [v for v in loaded.layers if isinstance(v, GrowableEmbedding)][0]
+    assert table.combiner == "sqrtn" and table.capacity == 8
+    np.testing.assert_allclose(
+        _numpy(loaded.predict(x, verbose=0)),
+        _numpy(model.predict(x, verbose=0)),
+        atol=0,
+        rtol=0,
+    )
+
+
+# --------------------------------------------------------------- bad input
+def test_unknown_combiner_is_refused():
+    with pytest.raises(
+        ValueError,
+        match=r"`combiner` must be one of \('sum', 'mean', 'sqrtn'\); got "
+        r"'max'",
+    ):
+        GrowableEmbedding(DIM, combiner="max")
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("weights_shape", r"`weights` must have the shape of the ids .*"),
+        ("no_combiner", r"got `weights` but has combiner=None"),
+        ("flat_ids", r"expects padded bags of ids of shape \(batch, bag\)"),
+        ("ragged", r"expects padded `ids` .*lists of different lengths"),
+        ("weights_list", r"got 2 features: `weights` must be None or a list"),
+    ],
+)
+def test_bad_inputs_are_refused(case, message):
+    layer = _layer(None if case == "no_combiner" else "mean")
+    ids = BAGS[0]
+    calls = {
+        "weights_shape": lambda: layer(ids, weights=WEIGHTS[0][:, :3]),
+        "no_combiner": lambda: layer(ids, weights=WEIGHTS[0]),
+        "flat_ids": lambda: layer(ids[0]),
+        "ragged": lambda: layer([[1, 2, 3], [4]]),
+        "weights_list": lambda: layer([ids, ids], weights=WEIGHTS[0]),
+    }
+    with pytest.raises(ValueError, match=message):
+        calls[case]()
+    # Symbolic calls are refused the same way.
+    if case == "weights_shape":
+        with pytest.raises(ValueError, match=message):
+            layer(keras.Input((4,), dtype="int32"), weights=keras.Input((3,)))
+
+
+def test_ragged_tensor_is_refused():
+    """Bags are padded on every backend; TensorFlow's ragged type (the
+    only backend that has one) is refused with a hint to pad it."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("tf.RaggedTensor exists on TensorFlow only")
+    import tensorflow as tf
+
+    ragged = tf.ragged.constant([[1, 2, 3], [4]])
+    with pytest.raises(TypeError, match=r"expects padded `ids` .*RaggedTensor"):
+        _layer("sum")(ragged)

@@ -1,0 +1,252 @@
+"""Raw keys in, model outputs out: `KeyIndex` lookups as TensorFlow tables,
+and a TensorFlow SavedModel with the lookups inside.
+
+`KeyTable` is the TensorFlow side of a frozen `KeyIndex`: a static hash
+table from the index's keys to their rows, unknown keys to its `oov_row`
+(`KeyIndex.lookup_layer()` builds one). It runs TensorFlow ops, like
+`keras.layers.StringLookup`: in a `tf.data` pipeline on every backend, or
+in a TensorFlow graph, not inside a model compiled by JAX or torch.
+
+Only TensorFlow writes a SavedModel, so `export_keyed(folder, export_path)`
+runs in a subprocess with `KERAS_BACKEND=tensorflow`, whatever the caller's
+backend (as `saved_model.export_bundle` does for translators):
+
+    python -m kmodels.backend.common.keyed_saved_model FOLDER EXPORT
+
+loads `FOLDER/model.keras` (weights are portable across backends) and, for
+each keyed input, the saved state of its `KeyIndex`
+(`FOLDER/keys.json`: `{"keyed": {input name: {"index": serialized
+index, "state": file}}}`, each state file an `.npz` of the index's
+weight-store entries, checksums included), and writes the SavedModel.
+Importing this module imports no backend; TensorFlow is imported where a
+table is built or an export runs.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+
+MODEL_FILE = "model.keras"
+KEYS_FILE = "keys.json"
+ENDPOINT = "serve"
+
+
+class KeyTable(keras.layers.Layer):
+    """Maps raw keys to rows with a TensorFlow static hash table.
+
+    Built by `KeyIndex.lookup_layer()`; a data-pipeline layer (TensorFlow
+    ops, like `keras.layers.IntegerLookup`) that returns TensorFlow int64
+    tensors of the shape of its input, on every backend. It holds a copy
+    of the keys: it is not saved with a model (rebuild it from the index).
+
+    Args:
+        keys: list of `str` or of ints, distinct.
+        rows: int64 array-like, the row of each key.
+        key_dtype: `"string"` or `"int64"`.
+        default_row: int, the row of keys not in `keys`.
+        **kwargs: other `keras.layers.Layer` arguments (`name`).
+    """
+
+    def __init__(self, keys, rows, key_dtype, default_row, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        import tensorflow as tf
+
+        # As Keras' lookup layers: TensorFlow tensors in and out, untouched
+        # by the backend's input conversion, never jit-compiled.
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.supports_jit = False
+        self.key_dtype = key_dtype
+        self.default_row = int(default_row)
+        self._tf_dtype = tf.string if key_dtype == "string" else tf.int64
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(keys, self._tf_dtype, shape=[len(keys)]),
+                tf.constant(rows, tf.int64, shape=[len(keys)]),
+            ),
+            default_value=np.int64(self.default_row),
+        )
+        self.built = True
+
+    def call(self, keys):
+        import tensorflow as tf
+
+        keys = _key_tensor(keys, self.key_dtype, self.name)
+        with tf.device("CPU:0"):
+            return self.table.lookup(keys)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def compute_output_spec(self, keys):
+        return keras.KerasTensor(keys.shape, dtype="int64")
+
+
+def _key_tensor(keys, key_dtype, name):
+    """`keys` as a TensorFlow tensor of the table's key type, or raises a
+    `TypeError` naming what arrived."""
+    import tensorflow as tf
+
+    if not tf.is_tensor(keys):
+        array = np.asarray(keys)
+        if array.dtype.kind == "O":
+            array = array.astype(str if key_dtype == "string" else np.int64)
+        keys = tf.convert_to_tensor(array)
+    if key_dtype == "string":
+        if keys.dtype != tf.string:
+            raise TypeError(
+                f"KeyTable '{name}' maps string keys; got a tensor of "
+                f"{keys.dtype.name}."
+            )
+        return keys
+    if not keys.dtype.is_integer or keys.dtype in (tf.uint64,):
+        raise TypeError(
+            f"KeyTable '{name}' maps int64 keys (any signed integer dtype, "
+            f"or uint8/16/32); got a tensor of {keys.dtype.name}."
+        )
+    return tf.cast(keys, tf.int64)
+
+
+def key_table(index):
+    """The `KeyTable` of a `KeyIndex`: its keys, their rows, its
+    `oov_row` for unknown keys; a `ValueError` when it has no `oov_row`
+    (a table has no way to refuse one key of a batch)."""
+    if index.oov_row is None:
+        raise ValueError(
+            f"KeyIndex '{index.name}' has oov_row=None: frozen, it raises a "
+            "KeyError for an unknown key, which a lookup table cannot "
+            "express (it maps every key to a row). Give the index a "
+            "reserved `oov_row` (e.g. KeyIndex(..., first_row=1, "
+            "oov_row=0)) to serve it."
+        )
+    keys = index.keys()
+    rows = np.arange(index.first_row, index.num_rows, dtype=np.int64)
+    return KeyTable(
+        keys,
+        rows,
+        index.key_dtype,
+        index.oov_row,
+        name=f"{index.name}_table",
+    )
+
+
+def model_inputs(model):
+    """`[(name, KerasTensor)]` of a functional model's inputs, in the order
+    `keras.tree.flatten(model.input)` gives them: named by their keys when
+    the model takes a dict, by the tensors' names otherwise."""
+    struct = model.input
+    tensors = keras.tree.flatten(struct)
+    if isinstance(struct, dict):
+        by_id = {id(t): k for k, t in struct.items()}
+        return [(by_id[id(t)], t) for t in tensors]
+    return [(t.name, t) for t in tensors]
+
+
+def export_keyed(folder, export_path):
+    """Writes the SavedModel of the model and key indexes saved in
+    `folder` to `export_path`, from a TensorFlow subprocess.
+
+    Raises:
+        RuntimeError: the subprocess failed; the message ends with its
+            error output.
+    """
+    root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    )
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, env.get("PYTHONPATH")) if p
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "kmodels.backend.common.keyed_saved_model",
+        os.fspath(folder),
+        os.fspath(export_path),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(
+            "The TensorFlow subprocess exporting the keyed model failed "
+            f"(exit status {done.returncode}):\n{done.stderr[-3000:]}"
+        )
+
+
+def _load_index(folder, saved):
+    """A `KeyIndex` from its serialized config and its saved state."""
+    index = keras.saving.deserialize_keras_object(saved["index"])
+    with np.load(os.path.join(folder, saved["state"])) as state:
+        index.load_own_variables({k: state[k] for k in state.files})
+    return index
+
+
+def _export(folder, export_path):
+    import tensorflow as tf
+
+    import kmodels  # noqa: F401 (registers KeyIndex and the layers)
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "The keyed SavedModel exporter runs with "
+            f"KERAS_BACKEND=tensorflow; got {keras.backend.backend()!r}."
+        )
+    with open(os.path.join(folder, KEYS_FILE)) as f:
+        saved = json.load(f)
+    model = keras.saving.load_model(
+        os.path.join(folder, MODEL_FILE), compile=False
+    )
+    names, tensors = zip(*model_inputs(model))
+    tables = {
+        name: key_table(_load_index(folder, keyed))
+        for name, keyed in saved["keyed"].items()
+    }
+    specs = []
+    for name, tensor in zip(names, tensors):
+        dtype = tensor.dtype
+        if name in tables:
+            dtype = tables[name]._tf_dtype
+        specs.append(tf.TensorSpec(tensor.shape, dtype, name=name))
+
+    def serve(*features):
+        inputs = []
+        for name, tensor, x in zip(names, tensors, features):
+            if name in tables:
+                x = tf.cast(tables[name].table.lookup(x), tensor.dtype)
+            inputs.append(x)
+        if isinstance(model.input, dict):
+            inputs = dict(zip(names, inputs))
+        return model(inputs, training=False)
+
+    module = tf.Module()
+    module.model_variables = [v.value for v in model.variables]
+    module.tables = [table.table for table in tables.values()]
+    module.serve = tf.function(serve, input_signature=specs)
+    tf.saved_model.save(
+        module,
+        export_path,
+        signatures={
+            "serving_default": module.serve.get_concrete_function(),
+        },
+    )
+
+
+def _main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m kmodels.backend.common.keyed_saved_model",
+        description="Exports a saved model and its key indexes as a "
+        "TensorFlow SavedModel taking raw keys.",
+    )
+    parser.add_argument("folder", help="folder written by export_with_keys")
+    parser.add_argument("export", help="SavedModel folder to write")
+    args = parser.parse_args(argv)
+    _export(args.folder, args.export)
+
+
+if __name__ == "__main__":
+    _main()
