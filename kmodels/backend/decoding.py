@@ -43,3 +43,26 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
     return native.decoding.greedy_loop(
         decoder, context, context_mask, start_id, end_id, max_length
     )
+
+
+def decoder_step(decoder, context, context_mask):
+    """One decoding step of `decoder` over a fixed `context`, as a
+    function, or None.
+
+    The returned `step(token, state)` takes the previous ids `(batch,)`
+    and the GRU state `(batch, units)` and returns `(logits, state,
+    weights)`: float32 `(batch, vocabulary)`, the new state and the
+    attention weights `(batch, s)`, the values of
+    `decoder(context, token[:, None], state=state, return_state=True,
+    return_attention_weights=True, context_mask=context_mask)` at a real
+    (non-padding) token, without autograd. torch builds it (each
+    sampler's loop runs eagerly there: keras-hub's beam, random, top-k and
+    top-p samplers call it at every step); TensorFlow and JAX return None
+    (the samplers' loop is compiled with the Keras layers).
+
+    Args:
+        decoder: a built `kmodels.seq2seq.Decoder`.
+        context: float `(batch, s, units)`, the encoder's output.
+        context_mask: bool `(batch, s)`, True at real context tokens.
+    """
+    return native.decoding.decoder_step(decoder, context, context_mask)

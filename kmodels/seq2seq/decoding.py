@@ -288,6 +288,10 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
         )
         if native is not None:
             return native
+    # torch: the decoder's step in torch operations (None elsewhere).
+    native_step = native_decoding.decoder_step(
+        model.decoder, context, context_mask
+    )
     is_pad = ops.arange(vocabulary, dtype="int32") == 0
     # A row that has ended may only produce the padding id.
     ended_logits = ops.cast(ops.where(is_pad, 0.0, NEG_INF), "float32")[None]
@@ -297,15 +301,20 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
         token = prompt[:, index - 1]
         # The log-probability of the id chosen at the previous step.
         score = score + ops.take_along_axis(log_probs, token[:, None], 1)[:, 0]
-        logits, state, weights = model.decoder(
-            context,
-            token[:, None],
-            state=state,
-            return_state=True,
-            context_mask=context_mask,
-            return_attention_weights=True,
-        )
-        logits = ops.where(is_pad, NEG_INF, ops.cast(logits[:, 0], "float32"))
+        if native_step is not None:
+            logits, state, weights = native_step(token, state)
+            weights = weights[:, None, :]
+        else:
+            logits, state, weights = model.decoder(
+                context,
+                token[:, None],
+                state=state,
+                return_state=True,
+                context_mask=context_mask,
+                return_attention_weights=True,
+            )
+            logits = logits[:, 0]
+        logits = ops.where(is_pad, NEG_INF, ops.cast(logits, "float32"))
         ended = ops.logical_or(token == end_id, token == 0)
         logits = ops.where(ended[:, None], ended_logits, logits)
         log_probs = ops.log_softmax(logits, axis=-1)

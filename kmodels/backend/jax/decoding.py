@@ -4,3 +4,8 @@
 def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
     # Nothing to do: `Translator.generate` compiles its Keras loop here.
     return None
+
+
+def decoder_step(decoder, context, context_mask):
+    # Nothing to do: the samplers' loop is compiled here.
+    return None

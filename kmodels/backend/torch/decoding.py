@@ -10,7 +10,7 @@ def _value(variable, dtype):
     return variable.value.to(dtype)
 
 
-def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
+def decoder_step(decoder, context, context_mask):
     cell = decoder.rnn.cell
     mha = decoder.attention.mha
     norm = decoder.attention.layernorm
@@ -30,7 +30,6 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
     with torch.no_grad():
         context = torch.as_tensor(context).to(dtype)
         mask = torch.as_tensor(context_mask).to(torch.bool)
-        batch, s = context.shape[0], context.shape[1]
         embeddings = _value(decoder.embedding.embeddings, dtype)
         kernel = _value(cell.kernel, dtype)
         recurrent_kernel = _value(cell.recurrent_kernel, dtype)
@@ -46,8 +45,8 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
         wo = _value(mha._output_dense.kernel, dtype)[0]
         bo = _value(mha._output_dense.bias, dtype)
         scale = 1.0 / math.sqrt(mha._key_dim)
-        gamma = _value(norm.gamma, dtype)
-        beta = _value(norm.beta, dtype)
+        gamma = _value(norm.gamma, torch.float32)
+        beta = _value(norm.beta, torch.float32)
         out_kernel = _value(decoder.output_layer.kernel, dtype)
         out_bias = _value(decoder.output_layer.bias, dtype)
         # The context's keys and values do not change between steps.
@@ -58,13 +57,10 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
         negative = -1e9 if dtype == torch.float32 else -3e4
         masked = (~mask).to(dtype) * negative
 
-        ids = torch.zeros((batch, max_length), dtype=torch.int32)
-        attention = torch.zeros((batch, max_length, s), dtype=dtype)
-        scores = torch.zeros((batch,), dtype=torch.float32)
-        done = torch.zeros((batch,), dtype=torch.bool)
-        token = torch.full((batch,), start_id, dtype=torch.long)
-        state = torch.zeros((batch, units), dtype=dtype)
-        for i in range(max_length):
+    def step(token, state):
+        with torch.no_grad():
+            token = torch.as_tensor(token).long()
+            state = torch.as_tensor(state).to(dtype)
             x = embeddings[token]
             xz, xr, xh = (x @ kernel + input_bias).split(units, dim=-1)
             hz, hr, hh = (state @ recurrent_kernel + recurrent_bias).split(
@@ -74,17 +70,33 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
             r = torch.sigmoid(xr + hr)
             state = z * state + (1 - z) * torch.tanh(xh + r * hh)
             query = (state @ wq + bq) * scale
-            logits_s = torch.einsum("bd,bsd->bs", query, keys) + masked
-            weights = torch.softmax(logits_s, dim=-1)
+            scores = torch.einsum("bd,bsd->bs", query, keys) + masked
+            weights = torch.softmax(scores, dim=-1)
             attended = torch.einsum("bs,bsd->bd", weights, values) @ wo + bo
             h = torch.nn.functional.layer_norm(
-                (state + attended).float(),
-                (units,),
-                gamma.float(),
-                beta.float(),
-                norm.epsilon,
+                (state + attended).float(), (units,), gamma, beta, norm.epsilon
             ).to(dtype)
             logits = (h @ out_kernel + out_bias).float()
+            return logits, state, weights
+
+    return step
+
+
+def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
+    step = decoder_step(decoder, context, context_mask)
+    if step is None:
+        return None
+    dtype = getattr(torch, decoder.compute_dtype)
+    with torch.no_grad():
+        batch, s = context.shape[0], context.shape[1]
+        ids = torch.zeros((batch, max_length), dtype=torch.int32)
+        attention = torch.zeros((batch, max_length, s), dtype=dtype)
+        scores = torch.zeros((batch,), dtype=torch.float32)
+        done = torch.zeros((batch,), dtype=torch.bool)
+        token = torch.full((batch,), start_id, dtype=torch.long)
+        state = torch.zeros((batch, decoder.units), dtype=dtype)
+        for i in range(max_length):
+            logits, state, weights = step(token, state)
             # The padding id is never generated.
             logits[:, 0] = -1e9
             nxt = torch.argmax(logits, dim=-1)
