@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from kmodels.backend.decoding import decoder_step
 from kmodels.backend.decoding import greedy_loop
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq.masking import padding_mask
@@ -99,3 +100,28 @@ def test_the_loop_stops_when_every_row_has_ended():
     ids, attention = map(np_, model.generate(tokens, max_length=5))
     np.testing.assert_array_equal(ids, np.zeros((4, 5), "int32"))
     np.testing.assert_array_equal(attention, np.zeros((4, 5, 7)))
+
+
+def test_one_decoder_step_matches_the_oracle():
+    model, tokens = _model(4)
+    weights = model.get_weights()
+    context = oracle.seq2seq_encoder(tokens, weights[:7])
+    rng = np.random.default_rng(5)
+    token = rng.integers(1, 9, (4,))
+    state = rng.normal(size=(4, 6)).astype("float32")
+    logits, new_state, attention = oracle.seq2seq_decoder(
+        context, tokens != 0, token[:, None], weights[7:], state=state
+    )
+    step = decoder_step(
+        model.decoder,
+        model.encoder(tokens),
+        padding_mask(ops.convert_to_tensor(tokens)),
+    )
+    if keras.backend.backend() != "torch":
+        # TensorFlow and JAX compile the samplers' loop with the layers.
+        assert step is None
+        return
+    got = [np_(v) for v in step(token, state)]
+    np.testing.assert_allclose(got[0], logits[:, 0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], new_state, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[2], attention[:, 0], atol=1e-6)
