@@ -25,11 +25,11 @@ table is built or an export runs.
 import argparse
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
+
+from kmodels.backend.common.tensorflow_process import run_in_tensorflow
 
 MODEL_FILE = "model.keras"
 KEYS_FILE = "keys.json"
@@ -155,27 +155,11 @@ def export_keyed(folder, export_path):
         RuntimeError: the subprocess failed; the message ends with its
             error output.
     """
-    root = os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-    )
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (root, env.get("PYTHONPATH")) if p
-    )
-    command = [
-        sys.executable,
-        "-m",
+    run_in_tensorflow(
         "kmodels.backend.common.keyed_saved_model",
-        os.fspath(folder),
-        os.fspath(export_path),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(
-            "The TensorFlow subprocess exporting the keyed model failed "
-            f"(exit status {done.returncode}):\n{done.stderr[-3000:]}"
-        )
+        [os.fspath(folder), os.fspath(export_path)],
+        "the keyed model",
+    )
 
 
 def _load_index(folder, saved):

@@ -44,9 +44,9 @@ import argparse
 import json
 import os
 import re
-import subprocess
-import sys
 import unicodedata
+
+from kmodels.backend.common.tensorflow_process import run_in_tensorflow
 
 # The bundle's files (`kmodels.seq2seq.text_translator` writes them).
 MODEL_FILE = "translator.keras"
@@ -92,29 +92,12 @@ def export_bundle(bundle_path, export_path, max_length=None):
         RuntimeError: the subprocess failed; the message ends with its
             error output.
     """
-    root = os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-    )
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (root, env.get("PYTHONPATH")) if p
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "kmodels.backend.common.saved_model",
-        os.fspath(bundle_path),
-        os.fspath(export_path),
-    ]
+    arguments = [os.fspath(bundle_path), os.fspath(export_path)]
     if max_length is not None:
-        command += ["--max-length", str(int(max_length))]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(
-            "The TensorFlow subprocess exporting the translator failed "
-            f"(exit status {done.returncode}):\n{done.stderr[-3000:]}"
-        )
+        arguments += ["--max-length", str(int(max_length))]
+    run_in_tensorflow(
+        "kmodels.backend.common.saved_model", arguments, "the translator"
+    )
 
 
 def char_table(punctuation, keep_digits):
