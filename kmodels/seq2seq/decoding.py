@@ -296,11 +296,23 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     # A row that has ended may only produce the padding id.
     ended_logits = ops.cast(ops.where(is_pad, 0.0, NEG_INF), "float32")[None]
 
+    # Beam search at temperature 1 sums the same log-probabilities as the
+    # score (`log(softmax)` of these logits): its own sum is the score, and
+    # the cache need not carry a (batch * beams, vocabulary) tensor that
+    # keras-hub would reorder at every step.
+    search_scores = (
+        isinstance(sampler, keras_hub.samplers.BeamSampler)
+        and isinstance(sampler.temperature, (int, float))
+        and sampler.temperature == 1.0
+    )
+
     def next_logits(prompt, cache, index):
         state, log_probs, score, attention = cache
         token = prompt[:, index - 1]
-        # The log-probability of the id chosen at the previous step.
-        score = score + ops.take_along_axis(log_probs, token[:, None], 1)[:, 0]
+        if not search_scores:
+            # The log-probability of the id chosen at the previous step.
+            chosen = ops.take_along_axis(log_probs, token[:, None], 1)
+            score = score + chosen[:, 0]
         if native_step is not None:
             logits, state, weights = native_step(token, state)
             weights = weights[:, None, :]
@@ -317,7 +329,8 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
         logits = ops.where(is_pad, NEG_INF, ops.cast(logits, "float32"))
         ended = ops.logical_or(token == end_id, token == 0)
         logits = ops.where(ended[:, None], ended_logits, logits)
-        log_probs = ops.log_softmax(logits, axis=-1)
+        if not search_scores:
+            log_probs = ops.log_softmax(logits, axis=-1)
         attention = ops.slice_update(
             attention, [0, index - 1, 0], ops.cast(weights, attention.dtype)
         )
@@ -332,7 +345,7 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     )
     cache = (
         ops.zeros((batch, model.units), dtype=model.compute_dtype),
-        ops.zeros((batch, vocabulary), dtype="float32"),
+        ops.zeros((batch, 1 if search_scores else vocabulary), "float32"),
         ops.zeros((batch,), dtype="float32"),
         ops.zeros((batch, max_length, s), dtype=model.compute_dtype),
     )
@@ -349,8 +362,10 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
         )
     prompt, cache, index = capture.loop_vars[:3]
     _, log_probs, score, attention = cache
-    last = prompt[:, index - 1]
-    score = score + ops.take_along_axis(log_probs, last[:, None], 1)[:, 0]
+    if not search_scores:
+        last = prompt[:, index - 1]
+        chosen = ops.take_along_axis(log_probs, last[:, None], 1)
+        score = score + chosen[:, 0]
     ids = prompt[:, 1:]
     # The end id and everything after it become padding.
     ended = ops.cumsum(ops.cast(ids == end_id, "int32"), axis=1) > 0
@@ -361,6 +376,8 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     ):
         return ids, attention, score
     search_log_probs = capture.loop_vars[4]
+    if search_scores:
+        score = ops.cast(search_log_probs, "float32")
     score = ops.where(
         search_log_probs > _PLACEHOLDER_LOG_PROB, score, float("-inf")
     )
