@@ -16,6 +16,7 @@ from kmodels.testing.oracle.embedding_bag import embedding_bag
 from kmodels.testing.oracle.embedding_bag import embedding_bag_row_grads
 from kmodels.testing.oracle.embedding_bag import summed_sparse_step
 from kmodels.testing.oracle.sparse_optimizer import sparse_optimizer_step
+from kmodels.testing.table_states import TableStates
 
 # float32 against float64 over three steps of size <= 0.1 on values of
 # order 1: rounding is near 1e-7.
@@ -70,22 +71,8 @@ def _presized(capacity, seed):
     return _numpy(layer.embeddings)
 
 
-class _Record(keras.callbacks.Callback):
-    """The table and its slots after each train batch."""
-
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-        self.states = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.model  # noqa: B018 (JAX: writes the training state back)
-        variables = [self.layer.embeddings, *self.layer.trained_slots]
-        self.states.append([_numpy(v) for v in variables])
-
-
 def _fit(model, layer, x, batches):
-    record = _Record(layer)
+    record = TableStates(layer)
     y = np.zeros((batches * 2,) + tuple(model.output.shape[1:]))
     model.compile(optimizer="sgd", loss="mse")
     model.fit(

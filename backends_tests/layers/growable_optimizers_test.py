@@ -12,6 +12,7 @@ from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.testing import oracle
 from kmodels.testing.oracle.sparse_optimizer import exponential_decay
+from kmodels.testing.table_states import TableStates
 
 # float32 against float64 over three steps of size <= 0.1 on values of
 # order 1: rounding is near 1e-7.
@@ -64,20 +65,6 @@ def _numpy(variable):
     return keras.ops.convert_to_numpy(variable.value).astype(np.float64)
 
 
-class _Record(keras.callbacks.Callback):
-    """The table and slots after each train batch."""
-
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-        self.states = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.model  # noqa: B018 (JAX: writes the training state back)
-        table = [self.layer.embeddings, *self.layer.trained_slots]
-        self.states.append([_numpy(v) for v in table])
-
-
 def _fit(layer, optimizer="sgd", x=X):
     ids = keras.Input(shape=(x.shape[-1],), dtype="int32")
     model = keras.Model(ids, layer(ids))
@@ -86,7 +73,7 @@ def _fit(layer, optimizer="sgd", x=X):
 
 
 def _refit(model, layer, x=X):
-    record = _Record(layer)
+    record = TableStates(layer)
     model.fit(
         x.reshape(-1, x.shape[-1]),
         np.zeros((len(x), x.shape[-1], DIM)),

@@ -11,9 +11,11 @@ Not imported by the library. Submodules (import them by name):
   of a closure on the active backend, `None` unified to zeros.
 - `kmodels.testing.layer_contract`: `run_layer_test`, the contract every
   kmodels layer test starts from.
+- `kmodels.testing.table_states`: `TableStates`, a callback keeping a
+  `GrowableEmbedding`'s table and slots after each train batch.
 
 This package's `__init__` imports nothing, so that the parity comparison
 runs without Keras.
 """
 
-__all__ = ["gradients", "layer_contract", "oracle", "parity"]
+__all__ = ["gradients", "layer_contract", "oracle", "parity", "table_states"]
