@@ -6,10 +6,13 @@ NumPy oracle step by step through `model.fit` while the table grows; the
 config and `.keras` files keep the combiner; bad inputs raise clear
 errors."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
 
+import kmodels.contracts
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.testing.oracle.embedding_bag import embedding_bag
@@ -335,3 +338,41 @@ def test_ragged_tensor_is_refused():
     ragged = tf.ragged.constant([[1, 2, 3], [4]])
     with pytest.raises(TypeError, match=r"expects padded `ids` .*RaggedTensor"):
         _layer("sum")(ragged)
+
+
+@pytest.mark.parametrize("method", ["fit", "predict", "evaluate"])
+def test_bad_bag_weights_are_refused_before_the_compiled_step(method):
+    """With the contract hook, a `weights` shape that does not match the
+    ids is refused before any compiled step: same error on every backend,
+    every weight and optimizer variable bit-identical (on JAX an error
+    inside the step would leave the variables without values), and the
+    next good call works."""
+    ids = keras.Input((3,), dtype="int32")
+    w = keras.Input((3,))
+    table = GrowableEmbedding(
+        8, 4, mask_zero=True, combiner="mean", name="bags"
+    )
+    model = keras.Model([ids, w], keras.layers.Dense(1)(table(ids, weights=w)))
+    model.compile("sgd", "mse")
+    kmodels.contracts.enforce(model)
+    x = np.array([[1, 2, 0], [3, 0, 0]])
+    good = np.ones((2, 3), "float32")
+    y = np.zeros((2, 1))
+    model.fit([x, good], y, verbose=0, callbacks=[EmbeddingGrowth()])
+    variables = model.variables + model.optimizer.variables
+    before = [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
+    bad = [x, np.ones((2, 4), "float32")]
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "GrowableEmbedding 'bags': `weights` must have the shape of the "
+            "ids (one weight per id), (2, 3); got (2, 4)."
+        ),
+    ):
+        getattr(model, method)(
+            bad, *([y] if method != "predict" else []), verbose=0
+        )
+    for v, b in zip(variables, before):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v.value), b)
+    history = model.fit([x, good], y, verbose=0, callbacks=[EmbeddingGrowth()])
+    assert np.isfinite(history.history["loss"][0])

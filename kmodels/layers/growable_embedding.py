@@ -618,7 +618,11 @@ class GrowableEmbedding(keras.layers.Layer):
     def _check_call_arguments(self, arguments, training):
         inputs = arguments.get("inputs")
         if inputs is not None:
-            for ids in self._features(inputs, None)[0]:
+            # The bag weights' structure and shape too: raised inside a
+            # compiled JAX step, the error would leave the model's
+            # variables without values.
+            features = self._features(inputs, arguments.get("weights"))[0]
+            for ids in features:
                 check_growable_ids(self, ids, training)
 
     def _features(self, inputs, weights):
