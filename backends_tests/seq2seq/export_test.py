@@ -7,7 +7,9 @@ process in which Keras and kmodels cannot be imported (an import hook
 refuses them: `import tensorflow` itself imports Keras when it is
 installed, so only a refusal proves that the SavedModel does not need it), and
 compares its strings with `TextTranslator.translate` on the 500 held-out
-dates of `kmodels.datasets.dates` and on edge cases.
+dates of `kmodels.datasets.dates` and on edge cases. The subword
+(WordPiece) text ends of the export are compared with keras-hub's here;
+subword_test.py serves an exported subword bundle.
 """
 
 import json
@@ -209,20 +211,106 @@ def test_export_refuses_bad_paths_and_unbuilt_models(exported, tmp_path):
         unbuilt.export(str(tmp_path / "new"))
 
 
-def test_export_refuses_subword_processors(tmp_path):
-    # Subwords need tensorflow_text's WordPiece ops in the graph, which a
-    # TensorFlow-only process cannot load: refused before anything runs.
-    pieces = ["", "[UNK]", "[START]", "[END]", "a", "b", "##a", "##b"]
-    subwords = TextProcessor(8, tokenizer="wordpiece", vocabulary=pieces)
-    words = TextProcessor(8, vocabulary=["", "[UNK]", "[START]", "[END]", "x"])
-    model = Translator(words.vocabulary_size, subwords.vocabulary_size, 4)
-    bundle = TextTranslator(model, words, subwords)
-    with pytest.raises(
-        NotImplementedError,
-        match=r"target_processor has \{'tokenizer': 'wordpiece'\}",
-    ):
-        bundle.export(str(tmp_path / "sm"))
-    assert not (tmp_path / "sm").exists()
+# Subwords: the SavedModel's WordPiece (core TensorFlow ops) against
+# keras-hub's Python WordPiece, which `TextProcessor` runs. The export of a
+# subword bundle, served with TensorFlow alone, is tested with the copy model
+# of subword_test.py.
+PIECE_CORPUS = [
+    "I was walking and talking.",
+    "They walked, we talked!",
+    "¿Dónde está? Él está en casa, ¿y tú?",
+] * 10
+# Greedy longest match first: "abcd" takes "abc", then finds no "##d" and
+# is [UNK], although "a ##bcd" would spell it (WordPiece does not go back).
+HAND_PIECES = ["", "[UNK]", "[START]", "[END]", "abc", "a", "b", "c", "d"]
+HAND_PIECES += ["##bcd", "##b", "##c", "ab", "##ab", "1", "##2", "12", "¿"]
+HAND_PIECES += ["-", "##-", "##¿", "ba", "##dab"]
+
+
+def _random_texts(rng, pieces, count):
+    """Texts mixing known pieces (their `##` dropped), case, accents,
+    unknown letters, digits, punctuation and whitespace."""
+    pieces = [t.removeprefix("##") for t in pieces[4:]]
+    extra = ["A", "É", "é", "ç", "x", "3", "?", "!", ",", ".", "-", "¿"]
+    out = []
+    for _ in range(count):
+        parts = []
+        for _ in range(int(rng.integers(1, 12))):
+            if rng.random() < 0.2:
+                parts.append(" " if rng.random() < 0.7 else "\t")
+            elif rng.random() < 0.8:
+                parts.append(str(rng.choice(pieces)))
+            else:
+                parts.append(str(rng.choice(extra)))
+        text = "".join(parts)
+        out.append(text.upper() if rng.random() < 0.1 else text)
+    return out
+
+
+@pytest.mark.parametrize("which", ["learned", "hand"])
+def test_exported_word_pieces_equal_keras_hub(which):
+    import tensorflow as tf
+
+    from kmodels.backend.common import saved_model
+
+    if which == "learned":
+        p = TextProcessor(16, tokenizer="wordpiece")
+        p.adapt(PIECE_CORPUS, max_tokens=80)
+        assert {"walking", "talked", "##a", "¿"} <= set(p.vocabulary)
+    else:
+        p = TextProcessor(
+            12,
+            punctuation="?¿-",
+            keep_digits=True,
+            split_digits=True,
+            tokenizer="wordpiece",
+            vocabulary=HAND_PIECES,
+        )
+        assert p.tokenize("abcd abab ba-12") == [
+            "[START]",
+            *("[UNK]", "ab", "##ab", "ba", "-", "12"),
+            "[END]",
+        ]
+    rng = np.random.default_rng(0)
+    texts = _random_texts(rng, p.vocabulary, 300)
+    # A word of 100 UTF-8 bytes is spelled, one of 101 is [UNK] ...
+    word = "ab" * 50 if which == "hand" else "walking" * 14 + "at"
+    texts += [word, word + "c", "ç" * 60, "-" * 30]
+    edges = p([word, word + "c"])
+    assert edges[0, 1] != p.unk_id
+    assert edges[1, :3].tolist() == [p.start_id, p.unk_id, p.end_id]
+    # ... because of its length: 99 of its characters are spelled.
+    assert p(word[2:] + "c")[0, 1] != p.unk_id
+    kept = [t for t in texts if p.standardize(t).count(" ") > 1]
+    assert len(kept) > 250
+    tokenize, _ = saved_model.tokenizer(p.get_config())
+    # Traced (as in the SavedModel) and eager (tf.while_loop runs as a
+    # Python loop): the same ids as keras-hub's, byte for byte.
+    traced = tf.function(lambda t: tokenize(t)[0], autograph=False)
+    expected = p(kept)
+    np.testing.assert_array_equal(traced(tf.constant(kept)).numpy(), expected)
+    ids, empty = tokenize(tf.constant(kept[:50] + ["", "日本"]))
+    np.testing.assert_array_equal(ids.numpy()[:50], expected[:50])
+    assert ids.numpy()[50:, :3].tolist() == [[2, 3, 0], [2, 3, 0]]
+    assert empty.numpy().tolist() == [False] * 50 + [True, True]
+    # Some texts hit [UNK], some are truncated, many use long pieces.
+    assert (expected == p.unk_id).any(axis=1).mean() > 0.05
+    assert (expected[:, -1] == p.end_id).mean() > 0.02
+    long = [
+        i
+        for i, t in enumerate(p.vocabulary)
+        if i >= 4 and len(t.removeprefix("##")) > 1
+    ]
+    assert np.isin(expected, long).any(axis=1).mean() > 0.3
+    # Detokenisation: random ids (specials included) as `decode`.
+    rows = rng.integers(4, p.vocabulary_size, size=(400, 10))
+    specials = rng.integers(0, 4, size=rows.shape)
+    rows = np.where(rng.random(rows.shape) < 0.15, specials, rows)
+    rows = rows.astype("int32")
+    for separator in (" ", ""):
+        detokenize = saved_model.detokenizer(p.get_config(), separator)
+        got = [s.decode() for s in detokenize(tf.constant(rows)).numpy()]
+        assert got == p.decode(rows, separator=separator)
 
 
 # `Translator.export` is Keras' `Model.export`, inherited; docs/export.md

@@ -4,6 +4,9 @@ WordPiece) keeps words the vocabulary never saw, where words give [UNK]."""
 import contextlib
 import itertools
 import json
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -200,26 +203,21 @@ def _one_torch_thread():
         torch.set_num_threads(threads)
 
 
-def test_copy_task_brings_unseen_words_back(tmp_path):
-    # Words of 2 or 3 letters over "abcd"; six of them never in training.
-    words = [
-        "".join(w) for n in (2, 3) for w in itertools.product("abcd", repeat=n)
-    ]
-    unseen = ["dab", "cad", "bcd", "ac", "dc", "abc"]
-    train = [w for w in words if w not in unseen]
+# Words of 2 or 3 letters over "abcd"; six of them never in training.
+COPY_WORDS = [
+    "".join(w) for n in (2, 3) for w in itertools.product("abcd", repeat=n)
+]
+UNSEEN = ["dab", "cad", "bcd", "ac", "dc", "abc"]
+
+
+@pytest.fixture(scope="module")
+def copy_bundle():
+    """A subword copy model trained on this backend, as a bundle."""
+    train = [w for w in COPY_WORDS if w not in UNSEEN]
     texts = list(np.random.default_rng(0).choice(train, size=256))
     p = TextProcessor(max_length=6, tokenizer="wordpiece")
     # 4 reserved + 4 letters + 4 continuations: character pieces only.
     p.adapt(train, max_tokens=12)
-    assert set(p.vocabulary[4:]) == {*"abcd", "##a", "##b", "##c", "##d"}
-    # The word-level processor of the same training words: [UNK].
-    w = TextProcessor(max_length=6)
-    w.adapt(train)
-    np.testing.assert_array_equal(w(unseen)[:, 1], 1)
-    assert w.decode(w(unseen)) == ["[UNK]"] * 6
-    # Subwords: known pieces, decoded back.
-    assert p.decode(p(unseen)) == unseen
-
     keras.utils.set_random_seed(0)
     x = p(texts)
     model = Translator(p.vocabulary_size, p.vocabulary_size, 16)
@@ -228,11 +226,26 @@ def test_copy_task_brings_unseen_words_back(tmp_path):
     )
     with _one_torch_thread():
         model.fit((x, x[:, :-1]), x[:, 1:], epochs=30, batch_size=64, verbose=0)
+    return TextTranslator(model, p, p), train
+
+
+def test_copy_task_brings_unseen_words_back(copy_bundle, tmp_path):
+    bundle, train = copy_bundle
+    model, p = bundle.translator, bundle.context_processor
+    unseen = UNSEEN
+    assert set(p.vocabulary[4:]) == {*"abcd", "##a", "##b", "##c", "##d"}
+    # The word-level processor of the same training words: [UNK].
+    w = TextProcessor(max_length=6)
+    w.adapt(train)
+    np.testing.assert_array_equal(w(unseen)[:, 1], 1)
+    assert w.decode(w(unseen)) == ["[UNK]"] * 6
+    # Subwords: known pieces, decoded back.
+    assert p.decode(p(unseen)) == unseen
+    with _one_torch_thread():
         # Copied exactly (20 epochs sufficed on every backend and on four
         # seeds on torch).
         assert translate(unseen, model, p, p) == unseen
         # The same batch shape: no second compilation of the loop.
-        bundle = TextTranslator(model, p, p)
         assert bundle.translate(unseen[::-1]) == unseen[::-1]
     # The bundle keeps its subword processors (text.json) through
     # save/load.
@@ -245,3 +258,86 @@ def test_copy_task_brings_unseen_words_back(tmp_path):
         assert q.tokenizer == "wordpiece"
         assert q.vocabulary == p.vocabulary
         np.testing.assert_array_equal(q(unseen), p(unseen))
+
+
+# Runs in a fresh interpreter where Keras, kmodels, keras-hub,
+# tensorflow_text, JAX and torch cannot be imported: TensorFlow alone
+# serves the SavedModel's `translate` and `tokenize`.
+_SERVE = r"""
+import json
+import sys
+
+BLOCKED = ("keras", "kmodels", "keras_hub", "tf_keras", "tensorflow_text",
+           "jax", "torch")
+for name in BLOCKED:
+    sys.modules[name] = None
+import tensorflow as tf
+
+path, texts = json.load(sys.stdin)
+served = tf.saved_model.load(path)
+texts = tf.constant(texts, tf.string)
+print(json.dumps({
+    "translate": [s.decode() for s in served.translate(texts).numpy()],
+    "tokenize": served.tokenize(texts).numpy().tolist(),
+    "imported": sorted(
+        m for m in sys.modules
+        if m.split(".")[0] in BLOCKED and sys.modules[m] is not None
+    ),
+}))
+"""
+# Inputs for the exported copy model: the unseen words (copied), then case,
+# accents, punctuation (no piece: [UNK]), a truncated text, a word of 100
+# bytes (spelled, truncated) and one of 101 (too long: [UNK]), an unknown
+# letter, and texts with no word ("" in the export, an error in Python).
+EXPORT_TEXTS = [
+    *UNSEEN,
+    "DAB Cad",
+    "Ábç, dç?",
+    "a bc d ab",
+    "abcd" * 25,
+    "abcd" * 25 + "a",
+    "abe",
+]
+NO_WORD = ["", "  ", "日本"]
+
+
+def test_export_spells_unseen_words_with_tensorflow_alone(
+    copy_bundle, tmp_path
+):
+    bundle = copy_bundle[0]
+    p = bundle.context_processor
+    path = str(tmp_path / "copy")
+    bundle.export(path)
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE],
+        input=json.dumps([path, EXPORT_TEXTS + NO_WORD]),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    assert served["imported"] == []
+    # The WordPiece ids of keras-hub (the processor's), byte for byte.
+    ids = served["tokenize"]
+    assert ids[: len(EXPORT_TEXTS)] == p(EXPORT_TEXTS).tolist()
+    assert ids[len(EXPORT_TEXTS) :] == [[2, 3, 0, 0, 0, 0]] * len(NO_WORD)
+    # Spot checks of the cases: 100 bytes spelled, 101 bytes and a word
+    # with an unknown letter [UNK] as a whole.
+    tokens = p.tokens(ids[len(UNSEEN) :]).tolist()
+    assert tokens[3][:5] == ["[START]", "a", "##b", "##c", "##d"]
+    assert tokens[4][:3] == tokens[5][:3] == ["[START]", "[UNK]", "[END]"]
+    # The same strings as `translate` (greedy); the unseen words copied.
+    got = served["translate"]
+    with _one_torch_thread():
+        # Batches of 6, the shape the loop was compiled for.
+        expected = sum(
+            (
+                bundle.translate(EXPORT_TEXTS[i : i + 6])
+                for i in range(0, len(EXPORT_TEXTS), 6)
+            ),
+            [],
+        )
+    assert got[: len(EXPORT_TEXTS)] == expected
+    assert got[: len(UNSEEN)] == UNSEEN
+    assert got[len(EXPORT_TEXTS) :] == [""] * len(NO_WORD)

@@ -299,14 +299,20 @@ class TextTranslator:
         Its `translate` function (also the `"translate"` signature) takes a
         1-D string tensor and returns a 1-D string tensor: the source
         processor's standardisation (NFKD, lower case, dropped characters,
-        punctuation tokens, `split_digits`), truncation to its
-        `max_length`, the vocabulary lookup, the encoder, the greedy
-        decoding loop (`Translator._generate_loop`) and the detokenisation
-        with this bundle's `separator`, all in one graph. On the same
-        texts it returns the strings of `translate(texts)` (greedy), with
-        one difference: a text with no word left after standardisation
-        (`""`, `"日本"`), for which `translate` raises a `ValueError`,
-        gives `""` (a serving batch is not failed for one empty request).
+        punctuation tokens, `split_digits`), the vocabulary lookup (words)
+        or keras-hub's WordPiece (`tokenizer="wordpiece"`, rewritten in
+        core TensorFlow ops), truncation to its `max_length`, the encoder,
+        the greedy decoding loop (`Translator._generate_loop`) and the
+        detokenisation (`##` pieces glued back) with this bundle's
+        `separator`, all in one graph. On the same texts it returns the
+        strings of `translate(texts)` (greedy), with one difference: a text
+        with no word left after standardisation (`""`, `"日本"`), for which
+        `translate` raises a `ValueError`, gives `""` (a serving batch is
+        not failed for one empty request). The SavedModel's functions
+        `tokenize` (strings to the source ids, `(batch, max_length)`
+        int32, as `context_processor(texts)`) and `detokenize` (target ids
+        to strings, as `target_processor.decode`) are the two text ends on
+        their own.
 
         Only TensorFlow writes a SavedModel: the bundle is saved to a
         temporary folder and exported by a subprocess running
@@ -324,8 +330,6 @@ class TextTranslator:
         Raises:
             ValueError: the translator has no weights yet, or `path` is a
                 file or a folder holding something else than a SavedModel.
-            NotImplementedError: a processor the export cannot express in
-                core TensorFlow ops (subwords: `tokenizer="wordpiece"`).
             RuntimeError: the export subprocess failed (its error output is
                 in the message).
 
@@ -338,17 +342,6 @@ class TextTranslator:
         >>> served.translate(tf.constant(["March 3, 2021"]))
         <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'2021-03-03'])>
         """
-        for who, processor in (
-            ("context_processor", self.context_processor),
-            ("target_processor", self.target_processor),
-        ):
-            bad = saved_model.unsupported_keys(processor.get_config())
-            if bad:
-                raise NotImplementedError(
-                    "TextTranslator.export writes word-level TextProcessors "
-                    f"only (core TensorFlow ops); the {who} has {bad}. "
-                    "Translate with TextTranslator.translate instead."
-                )
         check_built(self.translator, "TextTranslator.export")
         if max_length is not None:
             max_length = check_int(
