@@ -9,6 +9,10 @@ known rows and adds new keys. Every timed step starts from a fresh index
 (built untimed); the vectorised cases check once that they assign exactly
 the baseline's rows. Each record also holds `cpu_ms`, the median CPU time
 of the process per step.
+
+The `stream_*` cases time bounded indexes (`max_capacity`, LRU or LFU
+eviction) on a stream of 512-key batches, next to an unbounded index on
+the same stream (see "bounded indexes" below).
 """
 
 import time
@@ -200,3 +204,94 @@ def vectorised_string(sizes, timing):
     return _throughput(
         sizes, timing, "string", lambda index, keys: index.lookup(keys)
     )
+
+
+# ------------------------------------------------------- bounded indexes
+# A stream of small batches (`_STREAM_BATCH` keys each, drawn uniformly from
+# `distinct` ids, or from `2 * max_capacity` when that is more, so that a
+# large index keeps evicting) through one index, in steady state: the timed
+# step looks up `keys` keys, batch by batch. The bounded indexes start full,
+# of keys the stream never holds, so every new key of the stream evicts
+# one; the unbounded index on `distinct` ids is the baseline.
+_STREAM_BATCH = 512
+
+
+def _stream(sizes, max_capacity):
+    rng = np.random.default_rng(1)
+    spread = np.int64(0x9E3779B97F4A7C1)
+    ids = max(sizes["distinct"], 2 * (max_capacity or 0))
+    ids = rng.integers(0, ids, size=sizes["keys"]) * spread
+    return [
+        ids[start : start + _STREAM_BATCH]
+        for start in range(0, ids.size, _STREAM_BATCH)
+    ]
+
+
+def _full_index(max_capacity, eviction):
+    """A `KeyIndex` holding `max_capacity - 1` keys (negative ids, which
+    the stream never draws), or an empty unbounded one."""
+    KeyIndex = require("kmodels.layers", "KeyIndex")
+    index = KeyIndex(max_capacity=max_capacity, eviction=eviction)
+    if max_capacity is not None:
+        held = -1 - np.arange(max_capacity - 1, dtype=np.int64)
+        for start in range(0, held.size, 65_536):
+            index.lookup(held[start : start + 65_536])
+    return index
+
+
+def _stream_throughput(sizes, timing, max_capacity, eviction):
+    batches = _stream(sizes, max_capacity)
+    index = _full_index(max_capacity, eviction)
+    times, cpu_times = [], []
+    start = time.perf_counter()
+    for step in range(timing["warmup"] + timing["max_steps"]):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for batch in batches:
+            index.lookup(batch)
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        if step < timing["warmup"]:
+            start = time.perf_counter()
+            continue
+        times.append(elapsed)
+        cpu_times.append(cpu)
+        if (
+            len(times) >= timing["min_steps"]
+            and time.perf_counter() - start > timing["max_seconds"]
+        ):
+            break
+    if max_capacity is not None and index.num_rows > max_capacity:
+        raise RuntimeError("a bounded KeyIndex outgrew its max_capacity")
+    cpu_ms = summarize(cpu_times)["median_ms"]
+    return dict(
+        summarize(times),
+        keys=sizes["keys"],
+        cpu_ms=cpu_ms,
+        flops=0,
+        evictions=index.evictions,
+    )
+
+
+def stream_unbounded(sizes, timing):
+    """`KeyIndex.lookup`, unbounded, on a stream of 512-key batches."""
+    return _stream_throughput(sizes, timing, None, None)
+
+
+def stream_lru_1k(sizes, timing):
+    """The stream through a full LRU index of 1,000 rows."""
+    return _stream_throughput(sizes, timing, 1000, "lru")
+
+
+def stream_lfu_1k(sizes, timing):
+    """The stream through a full LFU index of 1,000 rows."""
+    return _stream_throughput(sizes, timing, 1000, "lfu")
+
+
+def stream_lru_1m(sizes, timing):
+    """The stream (2M ids) through a full LRU index of 1,000,000 rows."""
+    return _stream_throughput(sizes, timing, 1_000_000, "lru")
+
+
+def stream_lfu_1m(sizes, timing):
+    """The stream (2M ids) through a full LFU index of 1,000,000 rows."""
+    return _stream_throughput(sizes, timing, 1_000_000, "lfu")
