@@ -1,17 +1,22 @@
-"""`kmodels.backend.decoding.greedy_loop` (torch's native greedy loop)
-against a NumPy greedy decoder built from the oracle, and the same answer
-from `Translator.generate` on every backend."""
+"""`kmodels.backend.decoding.greedy_loop` and `beam_loop` (torch's native
+greedy and beam search loops) against NumPy decoders built from the oracle
+(`kmodels.testing.oracle`), and the same answer from `Translator.generate`
+on every backend."""
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 from keras import ops
 
+from kmodels.backend.decoding import beam_loop
 from kmodels.backend.decoding import decoder_step
 from kmodels.backend.decoding import greedy_loop
 from kmodels.seq2seq import Translator
+from kmodels.seq2seq import decoding
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.testing import oracle
+from kmodels.testing.oracle import search
 
 np_ = keras.ops.convert_to_numpy
 START, END = 2, 3
@@ -125,3 +130,157 @@ def test_one_decoder_step_matches_the_oracle():
     np.testing.assert_allclose(got[0], logits[:, 0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[1], new_state, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[2], attention[:, 0], atol=1e-6)
+
+
+def _beam_loop(model, tokens, max_length, num_beams, return_all_beams):
+    return beam_loop(
+        model.decoder,
+        model.encoder(tokens),
+        padding_mask(ops.convert_to_tensor(tokens)),
+        START,
+        END,
+        max_length,
+        num_beams,
+        return_all_beams,
+    )
+
+
+def _oracle_beams(model, tokens, max_length, num_beams):
+    weights = [w.astype("float64") for w in model.get_weights()]
+    ids, scores = search.beam_search(
+        tokens, weights[:7], weights[7:], START, END, max_length, num_beams
+    )
+    attention = [
+        search.score_sequences(
+            tokens, ids[:, k], weights[:7], weights[7:], START, END
+        )[1]
+        for k in range(ids.shape[1])
+    ]
+    return ids, np.stack(attention, 1), scores
+
+
+# (seed, max_length, num_beams), vocabulary 9 (8 ids but padding), chosen
+# with the oracle alone: beam search beats greedy on some row, and 5 of 16,
+# 8 of 12 and 14 of 16 beams end before `max_length`.
+@pytest.mark.parametrize(
+    "seed, max_length, num_beams", [(1, 6, 4), (5, 8, 3), (6, 6, 4)]
+)
+def test_beam_search_matches_the_oracle(seed, max_length, num_beams):
+    model, tokens = _model(seed)
+    native = _beam_loop(model, tokens, max_length, num_beams, True)
+    if keras.backend.backend() != "torch":
+        # TensorFlow and JAX compile keras-hub's beam loop instead
+        # (`backends_tests/seq2seq/generate_test.py` checks it).
+        assert native is None
+        return
+    ids, attention, scores = map(np_, native)
+    expected = _oracle_beams(model, tokens, max_length, num_beams)
+    assert ids.dtype == np.int32 and scores.dtype == np.float32
+    assert ids.shape == (4, num_beams, max_length)
+    np.testing.assert_array_equal(ids, expected[0])
+    # Attention: float32 softmax vs float64, measured < 1e-6.
+    np.testing.assert_allclose(attention, expected[1], atol=1e-5)
+    # float32 sums of <= 8 log-probabilities vs float64.
+    np.testing.assert_allclose(scores, expected[2], rtol=1e-5, atol=1e-5)
+    # Without `return_all_beams`: the best beam.
+    best = [
+        np_(x) for x in _beam_loop(model, tokens, max_length, num_beams, False)
+    ]
+    np.testing.assert_array_equal(best[0], expected[0][:, 0])
+    np.testing.assert_allclose(best[1], expected[1][:, 0], atol=1e-5)
+    np.testing.assert_allclose(best[2], scores[:, 0], rtol=0, atol=0)
+    # On these models beam search beats greedy on some row (by > 0.6).
+    greedy = _oracle_greedy(tokens, model.get_weights(), 6, max_length)
+    assert np.any(scores[:, 0] > greedy[2] + 0.6)
+    assert np.any(ids == 0)
+
+
+class _KerasHubBeam(keras_hub.samplers.BeamSampler):
+    """A subclass: `generate` runs keras-hub's own loop for it."""
+
+
+@pytest.mark.parametrize(
+    "max_length, num_beams",
+    # 12 beams, one step: 8 ids, so 4 beams descend from placeholders.
+    [(6, 4), (1, 12)],
+)
+def test_native_beam_search_equals_keras_hubs_loop(max_length, num_beams):
+    model, tokens = _model(2)
+    if keras.backend.backend() != "torch":
+        # Both are keras-hub's loop on TensorFlow and JAX.
+        assert _beam_loop(model, tokens, max_length, num_beams, True) is None
+        return
+    native = [
+        np_(x)
+        for x in model.generate(
+            tokens,
+            max_length,
+            sampler="beam",
+            num_beams=num_beams,
+            return_all_beams=True,
+            return_scores=True,
+        )
+    ]
+    sampler = _KerasHubBeam(num_beams=num_beams, return_all_beams=True)
+    hub = [
+        np_(x)
+        for x in model.generate(
+            tokens, max_length, sampler=sampler, return_scores=True
+        )
+    ]
+    real = np.isfinite(hub[2])
+    assert real.sum() == 4 * min(num_beams, 8)
+    np.testing.assert_array_equal(np.isfinite(native[2]), real)
+    # The ids of the placeholders' descendants are arbitrary (ties at
+    # -inf); the real beams are the same, in the same order.
+    np.testing.assert_array_equal(native[0][real], hub[0][real])
+    np.testing.assert_allclose(native[1][real], hub[1][real], atol=1e-6)
+    # log_softmax vs keras-hub's log(softmax): float32 rounding.
+    np.testing.assert_allclose(native[2], hub[2], rtol=1e-6, atol=1e-6)
+
+
+class _Native(Exception):
+    pass
+
+
+class _Fallback(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    "kwargs, native",
+    [
+        (dict(sampler="beam", num_beams=3), (3, False)),
+        (dict(sampler="beam", num_beams=2, return_all_beams=True), (2, True)),
+        (dict(sampler=keras_hub.samplers.BeamSampler(2)), (2, False)),
+        # Not at another temperature (the search would differ from the
+        # score), nor for a subclass (it may change the search).
+        (
+            dict(sampler=keras_hub.samplers.BeamSampler(2, temperature=2.0)),
+            None,
+        ),
+        (dict(sampler=_KerasHubBeam(2)), None),
+    ],
+    ids=["name", "all_beams", "instance", "temperature", "subclass"],
+)
+def test_generate_dispatches_beam_search_to_the_native_loop(
+    monkeypatch, kwargs, native
+):
+    """Which loop `generate` asks for, on every backend: the native beam
+    loop (None on TensorFlow and JAX, then keras-hub's loop) or keras-hub's
+    loop directly. Both spies stop `generate` before any loop runs."""
+    model, tokens = _model(3)
+
+    def native_loop(*args):
+        raise _Native(args[-2:])
+
+    def fallback(*args):
+        raise _Fallback()
+
+    monkeypatch.setattr(decoding.native_decoding, "beam_loop", native_loop)
+    monkeypatch.setattr(decoding.native_decoding, "decoder_step", fallback)
+    with pytest.raises(_Fallback if native is None else _Native) as caught:
+        model.generate(tokens, 2, **kwargs)
+    if native is not None:
+        # (num_beams, return_all_beams)
+        assert caught.value.args[0] == native

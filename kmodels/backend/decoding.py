@@ -1,4 +1,5 @@
-"""Greedy decoding of a `kmodels.seq2seq.Decoder`, natively where it pays.
+"""Greedy decoding and beam search of a `kmodels.seq2seq.Decoder`,
+natively where it pays.
 
 On TensorFlow and JAX, `Translator.generate` compiles its whole Keras loop
 (`tf.function` with XLA, `jax.jit`), so each step costs microseconds. On
@@ -9,8 +10,11 @@ in `keras.ops` and 0.2 ms in torch. There, `greedy_loop` runs the same
 step with torch operations on the layers' own variables (the same math as
 Keras' `GRUCell` with `reset_after=True`, `MultiHeadAttention` with one
 head, `LayerNormalization` and `Dense`, the attention keys and values of
-the context computed once), without autograd. Parity with the Keras loop
-is tested (`backends_tests/backend/decoding_test.py`).
+the context computed once), without autograd. `beam_loop` does the same
+for beam search, in place of keras-hub's `BeamSampler` loop (whose eager
+bookkeeping and masks over `(batch * beams, vocabulary)` logits cost more
+than the decoder's step there). Parity with the NumPy oracle and with the
+Keras loop is tested (`backends_tests/backend/decoding_test.py`).
 """
 
 from kmodels.backend import native
@@ -66,3 +70,59 @@ def decoder_step(decoder, context, context_mask):
         context_mask: bool `(batch, s)`, True at real context tokens.
     """
     return native.decoding.decoder_step(decoder, context, context_mask)
+
+
+def beam_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    num_beams,
+    return_all_beams,
+):
+    """Beam search over `decoder` and an encoded `context`, or None.
+
+    The search of `Translator.generate(..., sampler="beam")`, which runs
+    keras-hub's `BeamSampler` at temperature 1: each row starts from one
+    real beam (score 0) and `num_beams - 1` placeholders (score -1e9); at
+    each step every beam is extended by every id but the padding id 0,
+    with the id's log-probability (`log_softmax` over every id but 0)
+    added to its score, and the `num_beams` best extensions of each row
+    are kept (one top-k over `num_beams * vocabulary` candidates). A beam
+    that has produced `end_id` is one candidate at its unchanged score.
+    The loop stops when every beam has ended. The end id and everything
+    after it are written as 0, with zero attention; a beam that descends
+    from a placeholder scores `-inf`.
+
+    Args:
+        decoder: a built `kmodels.seq2seq.Decoder`.
+        context: float `(batch, s, units)`, the encoder's output (one row
+            per input; the beams are made here).
+        context_mask: bool `(batch, s)`, True at real context tokens.
+        start_id: int, the first id fed to the decoder.
+        end_id: int, the id that ends a beam.
+        max_length: int >= 1, the generated positions.
+        num_beams: int >= 1.
+        return_all_beams: bool. Return every beam, or the best one.
+
+    Returns:
+        With `return_all_beams`, every beam sorted by score, best first
+        (ties in the search's order): int32 `(batch, num_beams,
+        max_length)`, float `(batch, num_beams, max_length, s)` and float32
+        `(batch, num_beams)`, the sum of each beam's log-probabilities up
+        to and including the end id; else the best beam, `(batch,
+        max_length)`, `(batch, max_length, s)` and `(batch,)`. None where
+        the backend compiles keras-hub's loop instead (TensorFlow, JAX).
+    """
+    return native.decoding.beam_loop(
+        decoder,
+        context,
+        context_mask,
+        start_id,
+        end_id,
+        max_length,
+        num_beams,
+        return_all_beams,
+    )

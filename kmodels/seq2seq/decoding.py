@@ -12,6 +12,12 @@ sampler writes one id per step. The step function encodes the
 is never generated (logit -1e9), and a row that has produced `end_id` can
 only produce 0 afterwards (with probability 1, so a beam's log-probability
 stops changing once it has ended).
+
+On torch, where the samplers' loops run eagerly, greedy decoding and beam
+search at temperature 1 (`"greedy"`, `"beam"` or a plain `GreedySampler`
+or `BeamSampler` instance) run natively instead
+(`kmodels.backend.decoding`): the same search, in torch operations on the
+layers' variables.
 """
 
 import random
@@ -269,6 +275,30 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     context = model.encoder(tokens)
     context_mask = padding_mask(tokens)
     batch, s = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    # Beam search at temperature 1 sums the same log-probabilities as the
+    # score (`log(softmax)` of the step's logits): its own sum is the score.
+    search_scores = (
+        isinstance(sampler, keras_hub.samplers.BeamSampler)
+        and isinstance(sampler.temperature, (int, float))
+        and sampler.temperature == 1.0
+    )
+    if search_scores and type(sampler) is keras_hub.samplers.BeamSampler:
+        # torch runs keras-hub's beam loop eagerly, where its bookkeeping
+        # and masks over (batch * beams, vocabulary) logits cost more than
+        # the decoder's step; its native beam loop does the same search
+        # (None on TensorFlow and JAX, which compile keras-hub's loop).
+        native = native_decoding.beam_loop(
+            model.decoder,
+            context,
+            context_mask,
+            model.start_id,
+            end_id,
+            max_length,
+            num_beams,
+            return_all_beams,
+        )
+        if native is not None:
+            return native
     if num_beams > 1:
         # The beams of a row stay in that row (keras-hub gathers them
         # within it), so the context is repeated once, outside the loop.
@@ -296,21 +326,14 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     # A row that has ended may only produce the padding id.
     ended_logits = ops.cast(ops.where(is_pad, 0.0, NEG_INF), "float32")[None]
 
-    # Beam search at temperature 1 sums the same log-probabilities as the
-    # score (`log(softmax)` of these logits): its own sum is the score, and
-    # the cache need not carry a (batch * beams, vocabulary) tensor that
-    # keras-hub would reorder at every step.
-    search_scores = (
-        isinstance(sampler, keras_hub.samplers.BeamSampler)
-        and isinstance(sampler.temperature, (int, float))
-        and sampler.temperature == 1.0
-    )
-
     def next_logits(prompt, cache, index):
         state, log_probs, score, attention = cache
         token = prompt[:, index - 1]
         if not search_scores:
-            # The log-probability of the id chosen at the previous step.
+            # The log-probability of the id chosen at the previous step
+            # (with the search's own scores, the cache need not carry a
+            # (batch * beams, vocabulary) tensor that keras-hub would
+            # reorder at every step).
             chosen = ops.take_along_axis(log_probs, token[:, None], 1)
             score = score + chosen[:, 0]
         if native_step is not None:

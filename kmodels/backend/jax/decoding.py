@@ -9,3 +9,17 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
 def decoder_step(decoder, context, context_mask):
     # Nothing to do: the samplers' loop is compiled here.
     return None
+
+
+def beam_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    num_beams,
+    return_all_beams,
+):
+    # Nothing to do: `Translator.generate` compiles keras-hub's beam loop.
+    return None

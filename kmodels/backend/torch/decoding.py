@@ -1,5 +1,5 @@
-"""torch side of `kmodels.backend.decoding`: the greedy loop in torch
-operations, on the Keras layers' variables."""
+"""torch side of `kmodels.backend.decoding`: the greedy and beam search
+loops in torch operations, on the Keras layers' variables."""
 
 import math
 
@@ -62,21 +62,23 @@ def decoder_step(decoder, context, context_mask):
             token = torch.as_tensor(token).long()
             state = torch.as_tensor(state).to(dtype)
             x = embeddings[token]
-            xz, xr, xh = (x @ kernel + input_bias).split(units, dim=-1)
-            hz, hr, hh = (state @ recurrent_kernel + recurrent_bias).split(
-                units, dim=-1
-            )
+            # `addmm`: the bias added in the product, not as one more pass.
+            xz, xr, xh = torch.addmm(input_bias, x, kernel).split(units, -1)
+            hz, hr, hh = torch.addmm(
+                recurrent_bias, state, recurrent_kernel
+            ).split(units, -1)
             z = torch.sigmoid(xz + hz)
             r = torch.sigmoid(xr + hr)
             state = z * state + (1 - z) * torch.tanh(xh + r * hh)
-            query = (state @ wq + bq) * scale
+            query = torch.addmm(bq, state, wq) * scale
             scores = torch.einsum("bd,bsd->bs", query, keys) + masked
             weights = torch.softmax(scores, dim=-1)
-            attended = torch.einsum("bs,bsd->bd", weights, values) @ wo + bo
+            attended = torch.einsum("bs,bsd->bd", weights, values)
+            attended = torch.addmm(bo, attended, wo)
             h = torch.nn.functional.layer_norm(
                 (state + attended).float(), (units,), gamma, beta, norm.epsilon
             ).to(dtype)
-            logits = (h @ out_kernel + out_bias).float()
+            logits = torch.addmm(out_bias, h, out_kernel).float()
             return logits, state, weights
 
     return step
@@ -89,12 +91,13 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
     dtype = getattr(torch, decoder.compute_dtype)
     with torch.no_grad():
         batch, s = context.shape[0], context.shape[1]
-        ids = torch.zeros((batch, max_length), dtype=torch.int32)
-        attention = torch.zeros((batch, max_length, s), dtype=dtype)
-        scores = torch.zeros((batch,), dtype=torch.float32)
-        done = torch.zeros((batch,), dtype=torch.bool)
-        token = torch.full((batch,), start_id, dtype=torch.long)
-        state = torch.zeros((batch, decoder.units), dtype=dtype)
+        on = dict(device=torch.as_tensor(context).device)
+        ids = torch.zeros((batch, max_length), dtype=torch.int32, **on)
+        attention = torch.zeros((batch, max_length, s), dtype=dtype, **on)
+        scores = torch.zeros((batch,), dtype=torch.float32, **on)
+        done = torch.zeros((batch,), dtype=torch.bool, **on)
+        token = torch.full((batch,), start_id, dtype=torch.long, **on)
+        state = torch.zeros((batch, decoder.units), dtype=dtype, **on)
         for i in range(max_length):
             logits, state, weights = step(token, state)
             # The padding id is never generated.
@@ -113,3 +116,100 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
                 break
             token = nxt
         return ids, attention, scores
+
+
+def beam_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    num_beams,
+    return_all_beams,
+):
+    with torch.no_grad():
+        context = torch.as_tensor(context)
+        device = context.device
+        step = decoder_step(
+            decoder,
+            context.repeat_interleave(num_beams, dim=0),
+            torch.as_tensor(context_mask).repeat_interleave(num_beams, dim=0),
+        )
+    if step is None:
+        return None
+    dtype = getattr(torch, decoder.compute_dtype)
+    inf = float("inf")
+    with torch.no_grad():
+        batch, s = context.shape[0], context.shape[1]
+        rows = batch * num_beams
+        like = dict(dtype=torch.long, device=device)
+        # Each step's ids, the flat row of the beam each extends, and the
+        # attention weights, in that step's beam order: a sequence is read
+        # back once, at the end, rather than reordered at every step.
+        tokens = torch.zeros((max_length, rows), **like)
+        parents = torch.zeros((max_length, rows), **like)
+        weights = torch.zeros((max_length, rows, s), dtype=dtype, device=device)
+        # As keras-hub's BeamSampler: one real beam per row and
+        # `num_beams - 1` placeholders at -1e9, so that the first step
+        # extends the real one only.
+        scores = torch.full((batch, num_beams), -1e9, device=device)
+        scores[:, 0] = 0.0
+        scores = scores.reshape(rows)
+        done = torch.zeros((rows,), dtype=torch.bool, device=device)
+        token = torch.full((rows,), start_id, **like)
+        state = torch.zeros((rows, decoder.units), dtype=dtype, device=device)
+        offsets = torch.arange(batch, device=device)[:, None] * num_beams
+        steps = 0
+        for i in range(max_length):
+            logits, state, weights[i] = step(token, state)
+            vocabulary = logits.shape[-1]
+            # The padding id is never generated (probability 0).
+            logits[:, 0] = -inf
+            candidates = torch.log_softmax(logits, dim=-1)
+            candidates += scores[:, None]
+            if bool(done.any()):
+                # An ended beam (its last id the end id or padding) is one
+                # candidate, padding, at its unchanged score.
+                candidates.masked_fill_(done[:, None], -inf)
+                candidates[:, 0] = torch.where(done, scores, -inf)
+            # One top-k over every row's (beams * vocabulary) candidates.
+            top, index = candidates.reshape(batch, -1).topk(num_beams, dim=1)
+            parent = torch.div(index, vocabulary, rounding_mode="floor")
+            parent = (parent + offsets).reshape(rows)
+            token = (index % vocabulary).reshape(rows)
+            scores = top.reshape(rows)
+            state = state[parent]
+            done = done[parent] | (token == end_id) | (token == 0)
+            tokens[i], parents[i] = token, parent
+            steps = i + 1
+            if bool(done.all()):
+                break
+        # Backtrack from the final beams to their ids and weights.
+        ids = torch.zeros((rows, max_length), **like)
+        attention = torch.zeros(
+            (rows, max_length, s), dtype=dtype, device=device
+        )
+        beam = torch.arange(rows, device=device)
+        for i in range(steps - 1, -1, -1):
+            ids[:, i] = tokens[i, beam]
+            # The weights of the step that extended the parent beam.
+            beam = parents[i, beam]
+            attention[:, i] = weights[i, beam]
+        # The end id and everything after it become padding, with zero
+        # attention.
+        ended = torch.cumsum(ids == end_id, dim=1) > 0
+        ids = ids.masked_fill_(ended, 0).to(torch.int32)
+        attention.masked_fill_((ids == 0)[..., None], 0.0)
+        # A beam that descends from a placeholder is no real sequence.
+        scores = torch.where(scores > -1e8, scores, -inf)
+        scores = scores.reshape(batch, num_beams)
+        # Best first; ties keep the search's order (as `keras.ops.argsort`).
+        order = torch.argsort(-scores, dim=1, stable=True)
+        scores = scores.gather(1, order)
+        flat = (order + offsets).reshape(rows)
+        ids = ids[flat].reshape(batch, num_beams, max_length)
+        attention = attention[flat].reshape(batch, num_beams, max_length, s)
+        if return_all_beams:
+            return ids, attention, scores
+        return ids[:, 0], attention[:, 0], scores[:, 0]
