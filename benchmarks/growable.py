@@ -1,5 +1,6 @@
 """Embedding tables: kmodels' GrowableEmbedding next to
-`keras.layers.Embedding` at 10k and 1M rows, and the cost of one growth."""
+`keras.layers.Embedding` at 10k and 1M rows, the cost of one growth, and
+the cost of restarting the rows a bounded `KeyIndex` evicted in one step."""
 
 import time
 
@@ -98,4 +99,78 @@ def growth_event(sizes, timing):
     result["steady_median_ms"] = steady["median_ms"]
     result["growth_cost_ms"] = result["median_ms"] - steady["median_ms"]
     result["capacities"] = capacities
+    return dict(result, flops=0)
+
+
+def eviction_reset(sizes, timing):
+    """Restarting the rows a bounded index evicted in one step: a full
+    `KeyIndex(max_capacity=rows, eviction="lru")` looks up a batch of
+    `batch * ids` new keys (each evicts one key), then
+    `GrowableEmbedding.reset_rows(index.take_reset_rows())` writes those
+    rows (initial values, Adam slots at zero), as `EmbeddingGrowth` does
+    between steps. Reported: the reset's time per step (blocking until
+    written), and the index lookup's beside it (`lookup_median_ms`). The
+    reset costs in proportion to the rows reset, not to the table: the
+    same at 1k and 1M rows."""
+    import keras
+
+    GrowableEmbedding, KeyIndex = require(
+        "kmodels.layers", "GrowableEmbedding", "KeyIndex"
+    )
+    rows = sizes["rows"]
+    per_step = sizes["batch"] * sizes["ids"]
+    if per_step >= rows:
+        raise ValueError(
+            f"eviction_reset needs fewer keys per step ({per_step}) than "
+            f"rows ({rows})."
+        )
+    keras.utils.set_random_seed(0)
+    index = KeyIndex(max_capacity=rows, eviction="lru")
+    layer = GrowableEmbedding(
+        sizes["dim"], initial_capacity=rows, key_index=index
+    )
+    layer.build()
+    index.lookup(np.arange(rows - 1))  # full
+    index.take_reset_rows()
+    first = [rows]
+
+    def evict():
+        keys = np.arange(first[0], first[0] + per_step)
+        first[0] += per_step
+        t0 = time.perf_counter()
+        index.lookup(keys)
+        lookup = time.perf_counter() - t0
+        evicted = index.take_reset_rows()
+        if len(evicted) != per_step:
+            raise RuntimeError(
+                f"expected {per_step} evicted rows; got {len(evicted)}"
+            )
+        return evicted, lookup
+
+    def reset(evicted):
+        t0 = time.perf_counter()
+        layer.reset_rows(evicted)
+        # JAX dispatches asynchronously: wait for the writes. (A read of
+        # the table would cost more than the reset on TensorFlow, which
+        # copies a variable whole on a dense read after sparse writes.)
+        for variable in (layer.embeddings, *layer.slot_variables):
+            getattr(variable.value, "block_until_ready", lambda: None)()
+        return time.perf_counter() - t0
+
+    for _ in range(timing["warmup"]):
+        reset(evict()[0])
+    times, lookups = [], []
+    start = time.perf_counter()
+    while len(times) < timing["max_steps"]:
+        evicted, lookup = evict()
+        times.append(reset(evicted))
+        lookups.append(lookup)
+        if (
+            len(times) >= timing["min_steps"]
+            and time.perf_counter() - start > timing["max_seconds"]
+        ):
+            break
+    result = summarize(times)
+    result["lookup_median_ms"] = summarize(lookups)["median_ms"]
+    result["rows_reset_per_step"] = per_step
     return dict(result, flops=0)

@@ -22,9 +22,14 @@ It reports the hit rate@10 on held-out interactions against chance
 items, which a stream does not know in advance), trained the same way: the
 same batches, epochs, Adagrad and schedule.
 
-Known gap: the user table only grows. A bounded table that evicts the least
-recently used users (LRU) to keep memory flat is not available yet in
-`GrowableEmbedding`; past `max_capacity` it raises.
+The user table is bounded: its `KeyIndex(max_capacity=..., eviction="lru")`
+holds fewer rows than there are users, so a new user takes the row of the
+least recently used one, and `EmbeddingGrowth` restarts that row (initial
+values, fresh Adagrad accumulator) before the step that first trains it.
+The user keys are looked up batch by batch, inside the generator `fit`
+reads, so that every eviction falls between two train steps. Held-out
+users that were evicted (or never trained) read the reserved row 0. The
+pre-sized baseline keeps every user.
 """
 
 import argparse
@@ -106,8 +111,9 @@ def _compile(model, steps):
     return model
 
 
-def growing_model(embedding_dim, history_length, steps, seed=0):
-    """User table and one item table shared by the history bag and the
+def growing_model(embedding_dim, history_length, steps, user_rows, seed=0):
+    """User table (at most `user_rows` rows, least recently used users
+    evicted) and one item table shared by the history bag and the
     candidate, both growing, both following the model's Adagrad."""
     init = keras.initializers.RandomNormal(0.0, 0.1)
     users = GrowableEmbedding(
@@ -116,7 +122,7 @@ def growing_model(embedding_dim, history_length, steps, seed=0):
         optimizer=None,
         embeddings_initializer=init,
         seed=2 * seed,
-        key_index=KeyIndex("int64"),
+        key_index=KeyIndex("int64", max_capacity=user_rows, eviction="lru"),
         name="users",
     )
     items = GrowableEmbedding(
@@ -187,12 +193,44 @@ def hit_rate_at_10(model, held_out, num_items):
     return float(np.mean((scores >= own).sum(1) - 1 < 10))
 
 
+def _batches(rng, users, bags, items, negatives, epochs):
+    """`epochs` shuffles of the interactions in batches of `BATCH` rows:
+    each interaction with its positive item (label 1) and its negative
+    (label 0) in the same batch, so a batch holds at most `BATCH // 2`
+    users. Users are raw keys."""
+    half = BATCH // 2
+    batches = []
+    for _ in range(epochs):
+        order = rng.permutation(len(users))
+        for start in range(0, len(order), half):
+            n = order[start : start + half]
+            x = {
+                "user": np.concatenate([users[n], users[n]]),
+                "history": np.concatenate([bags[n], bags[n]]),
+                "item": np.concatenate([items[n], negatives[n]])[:, None],
+            }
+            y = np.concatenate([np.ones(len(n)), np.zeros(len(n))])
+            batches.append((x, y[:, None].astype("float32")))
+    return batches
+
+
+def _rows(index, batches):
+    """`batches` with the user keys looked up in `index` one batch at a
+    time, as `fit` consumes them (a generator: a bounded index evicts
+    between train steps)."""
+    for x, y in batches:
+        x = dict(x, user=index.lookup(x["user"]).astype("int32"))
+        yield x, y
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    users, items, chunks, per_chunk, epochs = (
-        (300, 120, 4, 1000, 2) if args.quick else (3000, 800, 8, 12000, 4)
+    users, items, chunks, per_chunk, epochs, user_rows = (
+        (300, 120, 4, 1000, 2, 160)
+        if args.quick
+        else (3000, 800, 8, 12000, 4, 1600)
     )
     dim, length = 16, 8
     keras.utils.set_random_seed(0)
@@ -202,66 +240,81 @@ def main(argv=None):
     # Steps of the whole run (whole batches of positives and negatives): the
     # schedule decays over it.
     steps = chunks * epochs * int(0.9 * per_chunk) // 64
-    model = growing_model(dim, length, steps)
+    model = growing_model(dim, length, steps, user_rows)
     user_index = model.get_layer("users").key_index
     item_index = model.get_layer("items").key_index
+    # The baseline's user rows: every user keeps one.
+    all_users = KeyIndex("int64")
     growth = EmbeddingGrowth()
     recent = {}
     batches, held_out = [], []
     for chunk, (user_keys, item_keys) in enumerate(stream):
-        u = user_index.lookup(user_keys).astype("int32")
         i = item_index.lookup(item_keys).astype("int32")
-        # Hold out 10% of the chunk (rows already known) for ranking; its
-        # items do not enter the histories.
-        test = rng.random(len(u)) < 0.1
+        # Hold out 10% of the chunk for ranking; its items do not enter the
+        # histories (kept per user key: a row may change user).
+        test = rng.random(len(i)) < 0.1
         held_out.append(
-            (u[test], histories(u[test], None, recent, length), i[test])
+            (
+                user_keys[test],
+                histories(user_keys[test], None, recent, length),
+                i[test],
+            )
         )
-        u, i = u[~test], i[~test]
+        u, i = user_keys[~test], i[~test]
         h = histories(u, i, recent, length)
         # Whole batches only: a ragged last batch would compile one more
         # step (JAX, TensorFlow XLA) in every fit.
         keep = len(u) // (BATCH // 2) * (BATCH // 2)
         u, i, h = u[:keep], i[:keep], h[:keep]
         negatives = rng.integers(1, item_index.num_rows, len(u)).astype("int32")
-        x = {
-            "user": np.concatenate([u, u]),
-            "history": np.concatenate([h, h]),
-            "item": np.concatenate([i, negatives])[:, None],
-        }
-        y = np.concatenate([np.ones(len(u)), np.zeros(len(u))])[:, None]
-        batches.append((x, y.astype("float32")))
+        chunk_batches = _batches(rng, u, h, i, negatives, epochs)
+        all_users.lookup(u)
+        batches.extend(chunk_batches)
         history = model.fit(
-            x,
-            y.astype("float32"),
-            batch_size=BATCH,
-            epochs=epochs,
+            _rows(user_index, chunk_batches),
+            steps_per_epoch=len(chunk_batches),
+            shuffle=False,  # shuffled by `_batches`
             verbose=0,
             callbacks=[growth],
         )
         print(
-            f"chunk {chunk}: users {len(user_index)}, items "
+            f"chunk {chunk}: users {len(all_users)} (table holds "
+            f"{len(user_index)}, {user_index.evictions} evictions), items "
             f"{len(item_index)}, loss {history.history['loss'][-1]:.3f}, "
             f"capacity users {model.get_layer('users').capacity} items "
             f"{model.get_layer('items').capacity}"
         )
-    held_out = tuple(np.concatenate(part) for part in zip(*held_out))
+    keys, bags, held_items = (np.concatenate(part) for part in zip(*held_out))
     num_items = item_index.num_rows
-    hit = hit_rate_at_10(model, held_out, num_items)
-    # The same batches, shuffles and optimizer on tables sized in advance.
-    keras.utils.set_random_seed(0)
-    baseline = presized_model(
-        user_index.num_rows, num_items, dim, length, steps
+    # Evicted (or never trained) held-out users read row 0.
+    held = user_index.lookup(keys, grow=False).astype("int32")
+    hit = hit_rate_at_10(model, (held, bags, held_items), num_items)
+    kept = held != 0
+    held_hit = hit_rate_at_10(
+        model, (held[kept], bags[kept], held_items[kept]), num_items
     )
+    # The same batches and optimizer on tables sized in advance.
+    keras.utils.set_random_seed(0)
+    baseline = presized_model(all_users.num_rows, num_items, dim, length, steps)
     for x, y in batches:
-        baseline.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0)
-    baseline_hit = hit_rate_at_10(baseline, held_out, num_items)
+        x = dict(x, user=all_users.lookup(x["user"]).astype("int32"))
+        baseline.train_on_batch(x, y)
+    everyone = all_users.lookup(keys, grow=False).astype("int32")
+    baseline_hit = hit_rate_at_10(
+        baseline, (everyone, bags, held_items), num_items
+    )
     chance = 10 / len(item_index)
     print(f"backend {keras.backend.backend()}")
     print(
-        f"held-out hit rate@10 over {len(held_out[0])} interactions: "
+        f"held-out hit rate@10 over {len(keys)} interactions: "
         f"growable {hit:.3f}, pre-sized Embedding {baseline_hit:.3f}, "
         f"chance {chance:.3f}"
+    )
+    print(
+        f"bounded users: {len(all_users)} users in {user_rows} rows (LRU), "
+        f"{user_index.evictions} evictions, {growth.evicted_resets} rows "
+        f"restarted, {np.mean(kept):.3f} of held-out users still held "
+        f"(their hit rate@10 {held_hit:.3f})"
     )
     print(
         f"growth log ({growth.growths} growths, {growth.recompilations} "
@@ -277,8 +330,14 @@ def main(argv=None):
         "hit_rate": hit,
         "baseline_hit_rate": baseline_hit,
         "chance": chance,
-        "held_out": len(held_out[0]),
+        "held_out": len(keys),
         "num_items": len(item_index),
+        "num_users": len(all_users),
+        "user_rows": user_rows,
+        "user_capacity": model.get_layer("users").capacity,
+        "evictions": user_index.evictions,
+        "held_users": float(np.mean(kept)),
+        "held_hit_rate": held_hit,
         "growth": growth,
     }
 

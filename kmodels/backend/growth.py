@@ -6,8 +6,10 @@ functions below:
 
 - `resize_variable`: give a built Keras variable a new shape (Keras' own
   `assign` refuses a new shape), in the layout the distribution gave it.
-- `append_rows`: grow a table by rows; `row_shards`, `planned_row_shards`:
-  the number of shards of its rows under `keras.distribution` (JAX).
+- `append_rows`: grow a table by rows; `write_rows`: overwrite some rows
+  (restart rows a bounded `KeyIndex` gave to new keys); `row_shards`,
+  `planned_row_shards`: the number of shards of its rows under
+  `keras.distribution` (JAX).
 - `sparse_lookup`: gather rows of the table and, in the backward pass, apply
   the table's own optimizer to the rows of the batch only.
 - `sparse_updates_disabled`: a scope (diagnostics) in which no table grows
@@ -81,6 +83,15 @@ def append_rows(variable, rows):
     native.growth.append_rows(variable, rows)
 
 
+def write_rows(variable, rows, values):
+    """Writes the NumPy `values` into the rows `rows` (sorted, unique, int64,
+    in range) of a built Keras table `variable`, in place where the backend
+    allows it: costs in proportion to `len(rows)`, not to the table
+    (JAX: a scatter into a donated buffer, in the variable's sharding).
+    Outside compiled steps only."""
+    native.growth.write_rows(variable, rows, values)
+
+
 def row_shards(variable):
     """Number of pieces the variable's first dimension is split into by
     the distribution it was created under (`keras.distribution`, JAX only;
@@ -134,9 +145,12 @@ def wrap_train_function(model, controller, retrace=False):
     the step is about to consume (concrete data); when it returns a non-empty
     plan, the model's state is written back to its variables (JAX),
     `controller.apply(plan)` grows the tables, and the step is recompiled for
-    the new shapes. `retrace=True` drops the compiled step of an earlier
-    `fit` first: a table's rule changed (`GrowableEmbedding.
-    follow_optimizer`), and a traced step holds its constants. Returns a
-    function that removes the hook.
+    the new shapes. Then `controller.take_resets()` returns the rows to
+    restart (`{table: rows}`); when it is not empty the state is written
+    back (JAX) and `controller.apply_resets(resets)` writes them (no
+    recompilation: no shape changed). `retrace=True` drops the compiled
+    step of an earlier `fit` first: a table's rule changed
+    (`GrowableEmbedding.follow_optimizer`), and a traced step holds its
+    constants. Returns a function that removes the hook.
     """
     return native.growth.wrap_train_function(model, controller, retrace)

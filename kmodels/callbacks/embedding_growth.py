@@ -38,6 +38,21 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     hyperparameters, schedule; an FTRL, Lion, ... raises a `ValueError`);
     a rule that changed since the last `fit` retraces the compiled step.
 
+    Bounded tables: when a table's `key_index` is a bounded `KeyIndex`
+    (`max_capacity`, `eviction="lru"` or `"lfu"`), the hook also restarts,
+    before each step and after any growth, the rows the index gave to new
+    keys since the step before (`key_index.take_reset_rows()`, then
+    `GrowableEmbedding.reset_rows`: initial values, fresh optimizer
+    slots), so a new key never inherits an evicted key's training. The
+    lookups must run in the data pipeline, before the hook sees their
+    batch; Keras may fetch batches ahead of the step (TensorFlow
+    prefetches generators; JAX on an accelerator reads one batch ahead),
+    so a row is restarted before the first step that *fetched* its new
+    key, which is exact as long as the evicted key is not in the batches
+    fetched ahead and not yet trained (keep `max_capacity` well above the
+    distinct keys of a few batches). `fit` refuses a table whose
+    `max_capacity` is below its index's (`check_key_index`).
+
     The hook finds each table's ids in the batch by following the
     functional graph from the model's inputs; for other models, or ids that
     are computed inside the model, pass `ids`.
@@ -54,6 +69,11 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         growths: number of table growths.
         recompilations: number of steps that had to recompile (a step may
             grow several tables at once).
+        reset_log: list of dicts `{"step", "layer", "rows"}`, one per step
+            and table that restarted rows given to new keys by a bounded
+            `key_index` (`rows`: sorted int64 NumPy array), `step` the
+            train batch of this fit the rows were restarted before.
+        evicted_resets: number of rows restarted so (all tables).
     """
 
     def __init__(self, ids=None, verbose=0):
@@ -61,6 +81,7 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         self.ids = dict(ids or {})
         self.verbose = verbose
         self.log = []
+        self.reset_log = []
         self.recompilations = 0
         self._steps = 0
         self._unwrap = None
@@ -70,6 +91,10 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     @property
     def growths(self):
         return len(self.log)
+
+    @property
+    def evicted_resets(self):
+        return sum(len(entry["rows"]) for entry in self.reset_log)
 
     def set_model(self, model):
         super().set_model(model)
@@ -91,6 +116,8 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             )
         for table in self._tables:
             _check_one_call(model, table)
+            # A key index may have been attached after construction.
+            table.check_key_index()
         self._locators = {t.name: self._locator(model, t) for t in self._tables}
         retrace = False
         for table in self._tables:
@@ -165,6 +192,36 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         # Compiled evaluation and prediction captured the old shapes.
         model.test_function = None
         model.predict_function = None
+
+    def take_resets(self):
+        """`{table: rows}`: the rows each table's bounded `key_index` gave
+        to new keys since the last call (taken from the index)."""
+        resets, taken = {}, {}
+        for table in self._tables:
+            index = table.key_index
+            take = getattr(index, "take_reset_rows", None)
+            if take is None:
+                continue
+            # Tables that share an index (values, biases) all restart.
+            if id(index) not in taken:
+                taken[id(index)] = np.asarray(take(), np.int64).reshape(-1)
+            if taken[id(index)].size:
+                resets[table] = taken[id(index)]
+        return resets
+
+    def apply_resets(self, resets):
+        """Restarts the rows of `resets` (between steps) and logs them."""
+        for table, rows in resets.items():
+            rows = table.reset_rows(rows)
+            self.reset_log.append(
+                {"step": self._steps - 1, "layer": table.name, "rows": rows}
+            )
+            if self.verbose:
+                print(
+                    f"EmbeddingGrowth: step {self._steps - 1}: "
+                    f"'{table.name}' restarted {len(rows)} rows of evicted "
+                    "keys"
+                )
 
     # ------------------------------------------------------------- locating
     def _locator(self, model, table):

@@ -37,11 +37,11 @@ def _splitmix64(z):
         return (z ^ (z >> np.uint64(31))) & _MASK64
 
 
-def _row_uniform(seed, start, stop, dim, stream=0):
-    """Uniform [0, 1) draws for rows `start..stop-1`, each a function of
-    (seed, row, column) only, so a row's values never depend on the table's
-    size."""
-    rows = np.arange(start, stop, dtype=np.uint64)[:, None]
+def _row_uniform(seed, rows, dim, stream=0):
+    """Uniform [0, 1) draws for the integer array of `rows`, each a
+    function of (seed, row, column) only, so a row's values never depend
+    on the table's size nor on when the row is drawn."""
+    rows = np.asarray(rows).astype(np.uint64).reshape(-1, 1)
     cols = np.arange(dim, dtype=np.uint64)[None, :]
     with np.errstate(over="ignore"):
         key = _splitmix64(
@@ -126,6 +126,13 @@ class GrowableEmbedding(keras.layers.Layer):
     and > 0, its betas in `[0, 1)`, momentum in `[0, 1]`, Adagrad's
     initial accumulator >= 0, and its hyperparameter names known.
 
+    A bounded `key_index` (`KeyIndex(max_capacity=..., eviction="lru")`)
+    gives the row of an evicted key to a new key; `reset_rows` restarts
+    such rows (initial values, fresh optimizer slots), and
+    `EmbeddingGrowth` does so before every step of `fit`, for the rows the
+    index lists (`take_reset_rows`), so a new key never inherits an old
+    key's training.
+
     The saved state (table, optimizer slots, step) carries a CRC32
     checksum per entry: loading checks it and the shapes before it changes
     the layer, and raises a `ValueError` naming the layer and the entry
@@ -161,7 +168,12 @@ class GrowableEmbedding(keras.layers.Layer):
             it reproducible; the drawn seed is kept in the config.
         key_index: optional `kmodels.layers.KeyIndex` mapping raw keys to
             the rows of this table in the data pipeline; saved and loaded
-            with the layer.
+            with the layer. A bounded index (`max_capacity=n`) bounds the
+            table too: with `max_capacity=None` the table takes `n` as its
+            limit; a smaller `max_capacity`, or an `initial_capacity`
+            above `n`, raises a `ValueError`. Inside `fit`,
+            `EmbeddingGrowth` restarts (`reset_rows`) the rows the index
+            gave to new keys, before each step.
         combiner: `None` (default: one vector per id), `"sum"`, `"mean"` or
             `"sqrtn"`: combine each bag (last axis of the ids) into one
             vector, `sum_j w_j e_j / N` with `N` 1, `sum_j w_j` or
@@ -287,6 +299,7 @@ class GrowableEmbedding(keras.layers.Layer):
         self.mask_zero = mask_zero
         self.seed = seed
         self.key_index = key_index
+        self.check_key_index()
         self.combiner = combiner
         self.supports_masking = self.mask_zero
         # Set by `EmbeddingGrowth` while it guards `fit`: every batch of a
@@ -472,23 +485,134 @@ class GrowableEmbedding(keras.layers.Layer):
         return np.full((stop - start, self.output_dim), value, dtype)
 
     def _initial_rows(self, start, stop):
+        return self._initial_rows_at(np.arange(start, stop))
+
+    def _initial_rows_at(self, rows):
+        """Initial values of the integer array of `rows`: those row `r` had
+        when the table was built or grew to hold it."""
         dim = self.output_dim
         kind, args = self._init_kind, self._init_args
         if kind == "zeros":
-            rows = np.zeros((stop - start, dim))
+            values = np.zeros((len(rows), dim))
         elif kind == "uniform":
             low, high = args
-            rows = low + (high - low) * _row_uniform(
-                self.seed, start, stop, dim
-            )
+            values = low + (high - low) * _row_uniform(self.seed, rows, dim)
         else:  # normal, Box-Muller on two independent streams
             mean, stddev = args
-            u1 = _row_uniform(self.seed, start, stop, dim, stream=0)
-            u2 = _row_uniform(self.seed, start, stop, dim, stream=1)
-            rows = mean + stddev * np.sqrt(-2.0 * np.log(u1)) * np.cos(
+            u1 = _row_uniform(self.seed, rows, dim, stream=0)
+            u2 = _row_uniform(self.seed, rows, dim, stream=1)
+            values = mean + stddev * np.sqrt(-2.0 * np.log(u1)) * np.cos(
                 2.0 * np.pi * u2
             )
-        return rows.astype(self.variable_dtype)
+        return values.astype(self.variable_dtype)
+
+    def reset_rows(self, rows):
+        """Restarts `rows` as if new: values from the row initializer (the
+        values row `r` got when the table first held it) and optimizer
+        slots at their initial value (zero; Adagrad's accumulator at its
+        `initial_accumulator_value`). Other rows, and the step, are left
+        as they are.
+
+        A bounded `KeyIndex` gives the row of an evicted key to a new key;
+        that key must not inherit the old one's training. Inside `fit`,
+        `kmodels.callbacks.EmbeddingGrowth` does this by itself before
+        every step, for the rows `key_index.take_reset_rows()` lists. Call
+        it yourself between the steps of a custom training loop; never
+        inside a compiled step. Costs in proportion to `len(rows)` (a
+        scatter of those rows), not to the table.
+
+        Args:
+            rows: integers in `[0, capacity)` (a list or a 1-D NumPy
+                array, any integer dtype); repeats are reset once.
+
+        Returns:
+            The rows reset, sorted and unique, as an int64 NumPy array.
+
+        Example:
+
+        ```python
+        index = kmodels.layers.KeyIndex(max_capacity=3, eviction="lru")
+        table = kmodels.layers.GrowableEmbedding(
+            4, initial_capacity=3, key_index=index
+        )
+        table.build()
+        index.lookup([10, 20])  # array([1, 2])
+        index.lookup([30])  # array([1]): 30 takes the row of 10
+        table.reset_rows(index.take_reset_rows())  # array([1])
+        ```
+        """
+        where = f"GrowableEmbedding '{self.name}'.reset_rows"
+        if isinstance(rows, (int, np.integer)) and not isinstance(rows, bool):
+            raise TypeError(
+                f"{where} expects a 1-D array or list of integer rows; got "
+                f"the scalar {rows!r}. Pass [{rows!r}]."
+            )
+        array = np.asarray(ops.convert_to_numpy(rows))
+        if array.ndim != 1:
+            raise ValueError(
+                f"{where} expects a 1-D array of rows; got shape {array.shape}."
+            )
+        if array.size and not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(
+                f"{where} expects integer rows; got dtype {array.dtype}."
+            )
+        if not self.built:
+            self.build()
+        rows = np.unique(array.astype(np.int64))
+        if not rows.size:
+            return rows
+        if rows[0] < 0 or rows[-1] >= self.capacity:
+            bad = rows[0] if rows[0] < 0 else rows[-1]
+            raise ValueError(
+                f"{where} expects rows in [0, capacity={self.capacity}); "
+                f"got {int(bad)}."
+            )
+        growth_backend.write_rows(
+            self.embeddings, rows, self._initial_rows_at(rows)
+        )
+        for name, slot in zip(self._slot_names(), self.slot_variables):
+            if not slot.shape[0]:
+                continue  # a followed rule's slot not in use
+            value = self._slot_initial_value(name) or 0.0
+            growth_backend.write_rows(
+                slot, rows, np.full((len(rows), self.output_dim), value)
+            )
+        return rows
+
+    @property
+    def row_limit(self):
+        """Most rows the table may hold: `max_capacity`, or, when that is
+        `None`, the `max_capacity` of a bounded `key_index` (whose rows are
+        all below it); `None` when unbounded."""
+        if self.max_capacity is not None:
+            return self.max_capacity
+        return getattr(self.key_index, "max_capacity", None)
+
+    def check_key_index(self):
+        """Checks that the table can hold every row its `key_index` hands
+        out: a bounded index (`KeyIndex(max_capacity=n)`) needs a table
+        with `max_capacity` `None` (the table then takes `n` as its limit)
+        or `>= n`, and `initial_capacity <= n`. Raises a `ValueError`
+        otherwise. Runs at construction and when `fit` starts (for an index
+        attached later)."""
+        bound = getattr(self.key_index, "max_capacity", None)
+        if bound is None:
+            return
+        where = f"GrowableEmbedding '{self.name}'"
+        if self.max_capacity is not None and self.max_capacity < bound:
+            raise ValueError(
+                f"{where} has max_capacity={self.max_capacity}, smaller than "
+                f"its key_index's max_capacity={bound}: the index hands out "
+                f"rows up to {bound - 1}. Pass max_capacity=None (the table "
+                f"takes the index's {bound}) or >= {bound}."
+            )
+        if self.initial_capacity > bound:
+            raise ValueError(
+                f"{where} has initial_capacity={self.initial_capacity}, more "
+                f"than its key_index's max_capacity={bound}: rows past "
+                f"{bound - 1} would never be used. Pass initial_capacity <= "
+                f"{bound}."
+            )
 
     # -------------------------------------------------------------- capacity
     @property
@@ -527,10 +651,14 @@ class GrowableEmbedding(keras.layers.Layer):
                     f"GrowableEmbedding '{self.name}' expects ids >= 0; got "
                     f"{low}."
                 )
-            if self.max_capacity is not None and high >= self.max_capacity:
+            limit = self.row_limit
+            if limit is not None and high >= limit:
+                whose = ""
+                if self.max_capacity is None:
+                    whose = " (its key_index's)"
                 raise ValueError(
                     f"GrowableEmbedding '{self.name}' reached max_capacity="
-                    f"{self.max_capacity}: got id {high}, which needs "
+                    f"{limit}{whose}: got id {high}, which needs "
                     f"{high + 1} rows. Raise max_capacity or remap ids."
                 )
         return ids
@@ -546,8 +674,8 @@ class GrowableEmbedding(keras.layers.Layer):
         new = capacity
         while new <= max_id:
             new = max(new + 1, int(math.ceil(new * self.growth_factor)))
-        if self.max_capacity is not None:
-            new = min(new, self.max_capacity)
+        if self.row_limit is not None:
+            new = min(new, max(self.row_limit, max_id + 1))
         return _round_up(new, self.row_multiple)
 
     def ensure_capacity(self, ids):
@@ -574,12 +702,11 @@ class GrowableEmbedding(keras.layers.Layer):
         capacity = _round_up(int(capacity), multiple)
         if capacity <= old:
             return
-        if self.max_capacity is not None and capacity > _round_up(
-            self.max_capacity, multiple
-        ):
+        limit = self.row_limit
+        if limit is not None and capacity > _round_up(limit, multiple):
             raise ValueError(
                 f"GrowableEmbedding '{self.name}' cannot grow to {capacity} "
-                f"rows: max_capacity={self.max_capacity}."
+                f"rows: max_capacity={limit}."
             )
         self._append_rows(old, capacity)
         self.growth_log.append({"from": old, "to": capacity})

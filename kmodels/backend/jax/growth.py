@@ -64,6 +64,39 @@ def _concatenate(old, rows):
     return jnp.concatenate([old, rows])
 
 
+def write_rows(variable, rows, values):
+    sharding = _sharding(variable)
+    # Padded to a power of two (the first row repeated, with its values) so
+    # that a handful of shapes serve every count.
+    n = len(rows)
+    size = 1 << max(0, (n - 1).bit_length())
+    pad = np.zeros(size - n, np.int64)
+    rows = np.concatenate([rows, pad + rows[0]]).astype(np.int32)
+    values = np.asarray(values, dtype=jnp.dtype(variable.dtype))
+    values = np.concatenate([values, np.repeat(values[:1], size - n, 0)])
+    variable._value = _scatter(sharding)(variable.value, rows, values)
+
+
+_SCATTERS = {}
+
+
+def _scatter(sharding):
+    """A jitted `table.at[rows].set(values)` that donates the table: XLA
+    writes the rows in place instead of copying the table."""
+    key = None if sharding is None else sharding
+    if key not in _SCATTERS:
+        _SCATTERS[key] = jax.jit(
+            _set_rows,
+            donate_argnums=0,
+            out_shardings=sharding,
+        )
+    return _SCATTERS[key]
+
+
+def _set_rows(table, rows, values):
+    return table.at[rows].set(values)
+
+
 def row_shards(variable):
     sharding = _sharding(variable)
     if sharding is None:
@@ -198,17 +231,30 @@ def wrap_train_function(model, controller, retrace):
             # the jitted step).
             sync(state)
             controller.apply(plan)
-            state = tuple(
-                model._get_jax_state(
-                    trainable_variables=True,
-                    non_trainable_variables=True,
-                    optimizer_variables=True,
-                    metrics_variables=True,
-                    purge_model_variables=True,
-                )
-            )
-            model._jax_state_synced = False
+            state = reread()
+        resets = controller.take_resets()
+        if resets:
+            # The same round trip; no shape changes, no retrace.
+            sync(state)
+            controller.apply_resets(resets)
+            state = reread()
         return original(state, iter(batches))
+
+    def reread():
+        state = tuple(
+            model._get_jax_state(
+                trainable_variables=True,
+                non_trainable_variables=True,
+                optimizer_variables=True,
+                metrics_variables=True,
+                purge_model_variables=True,
+            )
+        )
+        # The synced arrays of a reset table were donated to the scatter:
+        # a later sync must write the new ones.
+        model._jax_state = dict(zip(names, state))
+        model._jax_state_synced = False
+        return state
 
     train_function._kmodels_growth_original = original
     model.train_function = train_function

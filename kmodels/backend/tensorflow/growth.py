@@ -56,6 +56,16 @@ def append_rows(variable, rows):
     resize_variable(variable, np.concatenate([table, rows]))
 
 
+def write_rows(variable, rows, values):
+    # A resource scatter: only these rows are written.
+    variable._value.scatter_update(
+        tf.IndexedSlices(
+            tf.convert_to_tensor(values, dtype=variable._value.dtype),
+            tf.convert_to_tensor(rows, dtype=tf.int64),
+        )
+    )
+
+
 def row_shards(variable):
     # Keras ignores `LayoutMap` on TensorFlow: tables are never sharded.
     return 1
@@ -144,6 +154,9 @@ def wrap_train_function(model, controller, retrace):
         plan = controller.plan(batches)
         if plan:
             controller.apply(plan)
+        resets = controller.take_resets()
+        if resets:
+            controller.apply_resets(resets)
         if compiled[0] is None:
             compiled[0] = build()
             model._kmodels_growth_step = (original, compiled[0])

@@ -29,6 +29,18 @@ def append_rows(variable, rows):
     resize_variable(variable, np.concatenate([table, rows]))
 
 
+def write_rows(variable, rows, values):
+    data = variable._value.data
+    with torch.no_grad():
+        # `index_copy_`, not `data[rows] = values`: the latter's index_put
+        # took ~16 ms for 512 rows on a loaded 2-core CPU, this ~0.03 ms.
+        data.index_copy_(
+            0,
+            torch.as_tensor(rows, dtype=torch.long, device=data.device),
+            torch.as_tensor(values, dtype=data.dtype, device=data.device),
+        )
+
+
 def row_shards(variable):
     # keras.distribution has no torch backend: tables are never sharded.
     return 1
@@ -75,9 +87,11 @@ class _SparseUpdate(torch.autograd.Function):
                 seen=ctx.seen,
             )
             rows = rows.long()
-            table[rows] = new_rows.to(table.dtype)
+            # `index_copy_` (much faster than `table[rows] = ...` on CPU);
+            # repeated rows carry identical values, so the result is exact.
+            table.index_copy_(0, rows, new_rows.to(table.dtype))
             for slot, slot_rows in zip(slots, new_slot_rows):
-                slot[rows] = slot_rows.to(slot.dtype)
+                slot.index_copy_(0, rows, slot_rows.to(slot.dtype))
             return None, step.detach() + 1, None, None, None
 
 
@@ -104,6 +118,9 @@ def wrap_train_function(model, controller, retrace):
                 model.make_train_function()
                 state["original"] = model.train_function
                 model.train_function = train_function
+        resets = controller.take_resets()
+        if resets:
+            controller.apply_resets(resets)
         return state["original"](data)
 
     model.train_function = train_function

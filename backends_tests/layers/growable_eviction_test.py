@@ -1,0 +1,352 @@
+"""Bounded tables: rows a bounded `KeyIndex` evicted and gave to a new key
+restart from the row initializer (values) and fresh optimizer slots,
+eagerly (`GrowableEmbedding.reset_rows`) and between the steps of
+`model.fit` (`EmbeddingGrowth`), against a NumPy SGD oracle; the index and
+the table survive `.keras` save/load and train on identically."""
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels.callbacks import EmbeddingGrowth
+from kmodels.layers import GrowableEmbedding
+from kmodels.layers import KeyIndex
+from kmodels.testing import oracle
+
+DIM = 4
+INIT = keras.initializers.RandomUniform(-1.0, 1.0)
+SEED = 11
+# Rows of the bounded index, row 0 reserved: 63 keys at most.
+CAPACITY = 64
+LEARNING_RATE = 0.5
+HOT = 6  # keys in every batch
+COLD = 2  # keys per batch drawn from a larger pool
+STEPS = 160
+BATCH = HOT + COLD
+
+
+def _numpy(variable):
+    return keras.ops.convert_to_numpy(variable.value).astype(np.float64)
+
+
+def _presized(capacity):
+    """Initial rows of a table built at `capacity` with the same seed: row
+    values depend on (seed, row) only."""
+    layer = GrowableEmbedding(
+        DIM, initial_capacity=capacity, embeddings_initializer=INIT, seed=SEED
+    )
+    layer.build()
+    return _numpy(layer.embeddings)
+
+
+# ------------------------------------------------------------ reset_rows
+@pytest.mark.parametrize(
+    "rule, fresh_slot",
+    [
+        (("adam", {"learning_rate": 0.1}), 0.0),
+        (
+            (
+                "adagrad",
+                {"learning_rate": 0.1, "initial_accumulator_value": 0.2},
+            ),
+            0.2,
+        ),
+    ],
+    ids=["adam", "adagrad"],
+)
+def test_reset_rows_restarts_values_and_slots_only_there(rule, fresh_slot):
+    table = GrowableEmbedding(
+        DIM,
+        initial_capacity=4,
+        embeddings_initializer=INIT,
+        seed=SEED,
+        optimizer=rule,
+    )
+    ids = keras.Input(shape=(3,), dtype="int32")
+    model = keras.Model(ids, table(ids))
+    model.compile(optimizer="sgd", loss="mse")
+    # Grows 4 -> 16 and trains every row: values and slots move.
+    x = np.arange(15, dtype="int32").reshape(5, 3)
+    model.fit(
+        x,
+        np.ones((5, 3, DIM)),
+        batch_size=1,
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    assert table.capacity == 16
+    before = [_numpy(v) for v in (table.embeddings, *table.slot_variables)]
+    step = float(_numpy(table.step))
+    rows = table.reset_rows(np.array([6, 1, 13, 6], "int32"))
+    np.testing.assert_array_equal(rows, [1, 6, 13])
+    assert rows.dtype == np.int64
+    after = [_numpy(v) for v in (table.embeddings, *table.slot_variables)]
+    others = np.setdiff1d(np.arange(16), rows)
+    # The rows row r got when the table first held it (a pre-sized twin).
+    twin = _presized(32)
+    np.testing.assert_array_equal(after[0][rows], twin[rows])
+    assert not np.array_equal(before[0][rows], twin[rows])
+    for slot_before, slot_after in zip(before[1:], after[1:]):
+        np.testing.assert_array_equal(slot_after[rows], np.float32(fresh_slot))
+        assert not np.all(slot_before[rows] == np.float32(fresh_slot))
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(a[others], b[others])
+    assert float(_numpy(table.step)) == step
+    assert len(table.reset_rows([])) == 0
+
+
+@pytest.mark.parametrize(
+    "rows, error, message",
+    [
+        (
+            [3, 16],
+            ValueError,
+            "reset_rows expects rows in [0, capacity=16); got 16.",
+        ),
+        ([-1, 2], ValueError, "expects rows in [0, capacity=16); got -1."),
+        (
+            np.array([1.0, 2.0]),
+            TypeError,
+            "reset_rows expects integer rows; got dtype float64.",
+        ),
+        (
+            np.zeros((2, 2), "int32"),
+            ValueError,
+            "reset_rows expects a 1-D array of rows; got shape (2, 2).",
+        ),
+        (3, TypeError, "got the scalar 3. Pass [3]."),
+    ],
+    ids=["past_capacity", "negative", "float", "2d", "scalar"],
+)
+def test_reset_rows_refuses_bad_rows(rows, error, message):
+    table = GrowableEmbedding(DIM, initial_capacity=16, name="t")
+    table.build()
+    with pytest.raises(error) as raised:
+        table.reset_rows(rows)
+    assert message in str(raised.value)
+    assert str(raised.value).startswith("GrowableEmbedding 't'.reset_rows")
+
+
+def test_table_must_hold_every_row_of_a_bounded_index():
+    index = KeyIndex(max_capacity=64, eviction="lru")
+    with pytest.raises(ValueError) as raised:
+        GrowableEmbedding(
+            DIM, initial_capacity=8, max_capacity=32, key_index=index, name="t"
+        )
+    assert str(raised.value) == (
+        "GrowableEmbedding 't' has max_capacity=32, smaller than its "
+        "key_index's max_capacity=64: the index hands out rows up to 63. "
+        "Pass max_capacity=None (the table takes the index's 64) or >= 64."
+    )
+    with pytest.raises(ValueError, match=r"initial_capacity=128, more than"):
+        GrowableEmbedding(DIM, initial_capacity=128, key_index=index)
+    # max_capacity=None: the table takes the index's 64 as its limit.
+    table = GrowableEmbedding(DIM, initial_capacity=8, key_index=index)
+    assert table.row_limit == 64
+    assert table.required_capacity(40) == 64
+    # Attached after construction: refused when fit starts.
+    late = GrowableEmbedding(DIM, initial_capacity=8, max_capacity=16)
+    late.key_index = index
+    ids = keras.Input(shape=(1,), dtype="int32")
+    model = keras.Model(ids, late(ids))
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match=r"max_capacity=16, smaller than"):
+        model.fit(
+            np.zeros((1, 1), "int32"),
+            np.zeros((1, 1, DIM)),
+            verbose=0,
+            callbacks=[EmbeddingGrowth()],
+        )
+
+
+# --------------------------------------------------------------- in fit
+def _stream(seed=0, steps=STEPS, pool=240):
+    """Raw int64 key batches: `HOT` keys in every batch, then `COLD` keys
+    drawn from `pool` others (several hundred distinct keys in all, many
+    coming back after they were evicted); and regression targets."""
+    rng = np.random.default_rng(seed)
+    hot = 10**12 + np.arange(HOT)
+    cold = 2 * 10**12 + np.arange(pool)
+    batches = []
+    for _ in range(steps):
+        keys = np.concatenate([hot, rng.choice(cold, COLD, replace=False)])
+        target = rng.uniform(-1.0, 1.0, (BATCH, 1)).astype("float32")
+        batches.append((keys, target))
+    return batches
+
+
+def _model(index):
+    table = GrowableEmbedding(
+        DIM,
+        initial_capacity=16,
+        embeddings_initializer=INIT,
+        seed=SEED,
+        optimizer=("sgd", {"learning_rate": LEARNING_RATE}),
+        key_index=index,
+        name="users",
+    )
+    ids = keras.Input(shape=(1,), dtype="int32")
+    score = keras.ops.sum(table(ids), axis=-1)
+    model = keras.Model(ids, score)
+    model.compile(optimizer="sgd", loss="mse")
+    return model, table
+
+
+class _Trained(keras.callbacks.Callback):
+    """Counts the train batches begun, for the generator to see how far
+    ahead of training Keras fetches."""
+
+    def __init__(self):
+        super().__init__()
+        self.begun = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.begun += 1
+
+
+def _fit(model, index, batches):
+    """Fits on `batches`, looking their keys up in `index` inside the
+    generator (the data pipeline). Returns the rows fed per batch, the
+    growth callback and the largest look-ahead seen (batches fetched
+    beyond the one being trained)."""
+    fed, ahead = [], [0]
+    trained = _Trained()
+
+    def generator():
+        for keys, target in batches:
+            rows = index.lookup(keys)
+            fed.append(rows)
+            # Batches fetched past the one training now (or next).
+            current = max(trained.begun - 1, 0)
+            ahead[0] = max(ahead[0], len(fed) - 1 - current)
+            yield rows.reshape(-1, 1).astype("int32"), target
+
+    growth = EmbeddingGrowth()
+    model.fit(
+        generator(),
+        steps_per_epoch=len(batches),
+        shuffle=False,
+        verbose=0,
+        callbacks=[growth, trained],
+    )
+    return fed, growth, ahead[0]
+
+
+def _oracle(table, fed, targets, resets):
+    """Plain SGD on the rows of each batch (MSE of the sum of a row's
+    values), restarting the logged rows from `initial` before their step:
+    dLoss/drow = 2 (sum(row) - target) / batch on every column."""
+    initial = table.copy()
+    for step, (rows, target) in enumerate(zip(fed, targets)):
+        for reset in resets.get(step, []):
+            table[reset] = initial[reset]
+        pred = table[rows].sum(-1)
+        grads = np.repeat(
+            (2.0 * (pred - target[:, 0]) / len(rows))[:, None], DIM, 1
+        )
+        table, _ = oracle.sparse_optimizer_step(
+            table,
+            [],
+            step,
+            rows,
+            grads,
+            kind="sgd",
+            learning_rate=LEARNING_RATE,
+        )
+    return table
+
+
+def test_fit_restarts_rows_given_to_new_keys_and_matches_oracle():
+    keras.utils.set_random_seed(0)
+    index = KeyIndex(max_capacity=CAPACITY, eviction="lru")
+    model, table = _model(index)
+    batches = _stream()
+    fed, growth, ahead = _fit(model, index, batches)
+    assert len(fed) == STEPS
+    # Bounded: the table never passed the index's rows.
+    assert table.capacity <= CAPACITY
+    assert index.num_rows == CAPACITY
+    assert index.evictions > 100
+    # One restart per eviction: a row given away in one batch is the most
+    # recently used, never evicted again before the next step's restart.
+    assert growth.evicted_resets == index.evictions
+    reset_steps = {}
+    for entry in growth.reset_log:
+        assert entry["layer"] == "users"
+        reset_steps.setdefault(entry["step"], []).append(entry["rows"])
+    reset_rows = np.concatenate([e["rows"] for e in growth.reset_log])
+    # Hot keys hold rows 1..HOT from the first batch and are never evicted.
+    np.testing.assert_array_equal(fed[0][:HOT], np.arange(1, HOT + 1))
+    assert all(np.array_equal(r[:HOT], fed[0][:HOT]) for r in fed)
+    assert not np.isin(reset_rows, fed[0][:HOT]).any()
+    # Every row that changed key was restarted after its old key's last
+    # step and no later than its new key's first step. Keras fetched at
+    # most `ahead` batches beyond the one training; an LRU key is evicted
+    # only after >= (63 - HOT) / COLD batches without it, so the look-ahead
+    # never reaches it.
+    assert ahead < (CAPACITY - 1 - HOT) // COLD
+    owner, last, changed = {}, {}, 0
+    for step, (rows, (keys, _)) in enumerate(zip(fed, batches)):
+        for row, key in zip(rows.tolist(), keys.tolist()):
+            if row in owner and owner[row] != key:
+                changed += 1
+                restarted = [
+                    s
+                    for s, rs in reset_steps.items()
+                    if last[row] < s <= step and any(row in r for r in rs)
+                ]
+                assert restarted, (row, step)
+            owner[row], last[row] = key, step
+    # Evicted keys that came back among them (their old row or another).
+    returned = sum(
+        1
+        for step, (keys, _) in enumerate(batches)
+        for key in keys[HOT:].tolist()
+        if any(key in k[HOT:] for k, _ in batches[:step])
+    )
+    assert changed > 50 and returned > 50
+    # Exact values: SGD from the initializer, restarts included.
+    targets = [t for _, t in batches]
+    expected = _oracle(_presized(CAPACITY), fed, targets, reset_steps)
+    np.testing.assert_allclose(
+        _numpy(table.embeddings),
+        expected[: table.capacity],
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+def test_bounded_state_survives_save_load_and_trains_on_identically(
+    tmp_path,
+):
+    keras.utils.set_random_seed(0)
+    # 23 key rows: cold keys are evicted within a dozen batches.
+    index = KeyIndex(max_capacity=24, eviction="lru")
+    model, table = _model(index)
+    batches = _stream(seed=1, steps=60, pool=80)
+    _fit(model, index, batches[:30])
+    assert index.evictions > 0
+    path = str(tmp_path / "bounded.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    loaded_table = loaded.get_layer("users")
+    loaded_index = loaded_table.key_index
+    assert loaded_index is not index
+    assert loaded_index.keys() == index.keys()
+    assert loaded_index.evictions == index.evictions
+    np.testing.assert_array_equal(
+        _numpy(loaded_table.embeddings), _numpy(table.embeddings)
+    )
+    fed, growth, _ = _fit(model, index, batches[30:])
+    fed_loaded, growth_loaded, _ = _fit(loaded, loaded_index, batches[30:])
+    # The loaded index evicts exactly as the original.
+    for a, b in zip(fed, fed_loaded):
+        np.testing.assert_array_equal(a, b)
+    assert growth.evicted_resets == growth_loaded.evicted_resets > 0
+    assert loaded_index.keys() == index.keys()
+    np.testing.assert_allclose(
+        _numpy(loaded_table.embeddings),
+        _numpy(table.embeddings),
+        atol=1e-6,
+        rtol=0,
+    )
