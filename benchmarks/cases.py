@@ -25,7 +25,10 @@ class Case:
         function: `"module:function"` run in the child process; it takes
             `(sizes, timing)` and returns a dict (see `benchmarks.child`).
         sizes: the workload's key in `FULL_SIZES` / `QUICK_SIZES`.
-        unit: `"ms"` (median time per step), `"tokens/s"` or `"keys/s"`.
+        unit: `"ms"` (median time per step), `"tokens/s"`, `"keys/s"` or
+            `"exact match"` (a trained model's accuracy).
+        opt_in: run only when `--cases` names it (a case too slow for the
+            default run, such as a whole training).
     """
 
     name: str
@@ -35,6 +38,7 @@ class Case:
     function: str
     sizes: str
     unit: str = "ms"
+    opt_in: bool = False
 
 
 FULL_SIZES = {
@@ -80,6 +84,11 @@ FULL_SIZES = {
     "eager_memory": {"units": 4, "calls": 2000},
     # Issue 15: a batch of 1M keys drawn from 100k, half of them new.
     "keys": {"keys": 1_000_000, "distinct": 100_000},
+    # Issue 15: the rows a full LRU index evicted in one step, restarted.
+    "eviction_1k": {"batch": 64, "ids": 8, "dim": 32, "rows": 1_000},
+    "eviction_1m": {"batch": 64, "ids": 8, "dim": 32, "rows": 1_000_000},
+    # Issue 14: the dates demo's own settings (examples/seq2seq_dates.py).
+    "dates": {"settings": "full"},
 }
 # The eager-call cases at the tutorial's sizes use "seq2seq".
 
@@ -123,6 +132,9 @@ QUICK_SIZES = {
     "translate": {"units": 8},
     "eager_memory": {"units": 4, "calls": 20},
     "keys": {"keys": 20_000, "distinct": 2_000},
+    "eviction_1k": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
+    "eviction_1m": {"batch": 8, "ids": 4, "dim": 4, "rows": 1000},
+    "dates": {"settings": "quick"},
 }
 
 # How long each case is timed (warm-up calls are not timed).
@@ -133,6 +145,9 @@ _K = KERAS_BACKENDS
 # KeyIndex runs on NumPy whatever the backend: measured once, in one child.
 _KEYS = ("jax",)
 KEYS_WORKLOAD = "KeyIndex lookup (1M keys, 100k distinct, half new)"
+STREAM_WORKLOAD = "KeyIndex lookup, 512-key batches (bounded: full, evicting)"
+EVICTION_WORKLOAD = "Eviction reset (rows evicted in one step)"
+DATES_WORKLOAD = "Dates demo: held-out exact match (opt-in)"
 
 CASES = (
     Case("matmul_numpy", "Matmul float32", "numpy @", (NUMPY,),
@@ -144,6 +159,12 @@ CASES = (
          "benchmarks.original:seq2seq_train_step", "seq2seq"),
     Case("seq2seq_train", "Seq2Seq train step", "kmodels Translator", _K,
          "benchmarks.seq2seq:train_step", "seq2seq"),
+    Case("seq2seq_train_bf16", "Seq2Seq train step",
+         "kmodels Translator, mixed_bfloat16", _K,
+         "benchmarks.seq2seq:train_step_bf16", "seq2seq"),
+    Case("seq2seq_breakdown", "Seq2Seq train step",
+         "kmodels Translator, timed with its parts", _K,
+         "benchmarks.seq2seq:train_breakdown", "seq2seq"),
     Case("seq2seq_train_unchecked", "Seq2Seq train step",
          "kmodels Translator, no input contracts (alternated)", _K,
          "benchmarks.seq2seq:train_step_unchecked", "seq2seq"),
@@ -221,6 +242,28 @@ CASES = (
     Case("keys_string", KEYS_WORKLOAD,
          "kmodels KeyIndex.lookup, list of str", _KEYS,
          "benchmarks.keys:vectorised_string", "keys", "keys/s"),
+    Case("keys_stream", STREAM_WORKLOAD, "KeyIndex, unbounded", _KEYS,
+         "benchmarks.keys:stream_unbounded", "keys", "keys/s"),
+    Case("keys_stream_lru_1k", STREAM_WORKLOAD, "KeyIndex, LRU, 1k rows",
+         _KEYS, "benchmarks.keys:stream_lru_1k", "keys", "keys/s"),
+    Case("keys_stream_lfu_1k", STREAM_WORKLOAD, "KeyIndex, LFU, 1k rows",
+         _KEYS, "benchmarks.keys:stream_lfu_1k", "keys", "keys/s"),
+    Case("keys_stream_lru_1m", STREAM_WORKLOAD, "KeyIndex, LRU, 1M rows",
+         _KEYS, "benchmarks.keys:stream_lru_1m", "keys", "keys/s"),
+    Case("keys_stream_lfu_1m", STREAM_WORKLOAD, "KeyIndex, LFU, 1M rows",
+         _KEYS, "benchmarks.keys:stream_lfu_1m", "keys", "keys/s"),
+    Case("eviction_reset_1k", EVICTION_WORKLOAD,
+         "kmodels reset_rows, 1k-row table", _K,
+         "benchmarks.growable:eviction_reset", "eviction_1k"),
+    Case("eviction_reset_1m", EVICTION_WORKLOAD,
+         "kmodels reset_rows, 1M-row table", _K,
+         "benchmarks.growable:eviction_reset", "eviction_1m"),
+    Case("dates_float32", DATES_WORKLOAD, "float32 (the demo as shipped)",
+         _K, "benchmarks.dates:dates_float32", "dates", "exact match",
+         opt_in=True),
+    Case("dates_bf16", DATES_WORKLOAD, "mixed_bfloat16", _K,
+         "benchmarks.dates:dates_bf16", "dates", "exact match",
+         opt_in=True),
 )  # fmt: skip
 
 CASES_BY_NAME = {case.name: case for case in CASES}

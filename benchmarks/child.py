@@ -5,6 +5,8 @@
 case is done (the parent reads them live for its progress bar). A case whose
 kmodels code cannot be imported reports `status: "n/a"`; any other failure
 reports `status: "error"` with the message; the child goes on either way.
+Every record also has the case's peak resident memory (`peak_rss_mb`, see
+`benchmarks.memory`).
 """
 
 import argparse
@@ -16,6 +18,7 @@ import sys
 import time
 import traceback
 
+from benchmarks import memory
 from benchmarks import timing
 
 PREFIX = "BENCH_RESULT "
@@ -45,6 +48,8 @@ def _run_case(case, backend, quick):
     module_name, function_name = case.function.split(":")
     function = getattr(importlib.import_module(module_name), function_name)
     record = {"case": case.name, "backend": backend}
+    gc.collect()
+    scope, rss_start_mb = memory.start()
     t0 = time.perf_counter()
     try:
         out = function(cases.sizes_for(case, quick), cases.timing_for(quick))
@@ -58,6 +63,11 @@ def _run_case(case, backend, quick):
             traceback=traceback.format_exc()[-2000:],
         )
     record["wall_s"] = time.perf_counter() - t0
+    record.update(
+        peak_rss_mb=memory.peak_mb(scope),
+        peak_rss_scope=scope,
+        rss_start_mb=rss_start_mb,
+    )
     if backend not in (cases.NUMPY, cases.TF_KERAS):
         import keras
 

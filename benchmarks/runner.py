@@ -108,11 +108,12 @@ def plan(selected_cases, backends, isolation):
 
 def select_cases(patterns):
     """Cases whose name matches one of the comma-separated `patterns`
-    (fnmatch globs); all cases when `patterns` is empty."""
+    (fnmatch globs); when `patterns` is empty, every case but the opt-in
+    ones (those run only when a pattern names them)."""
     import fnmatch
 
     if not patterns:
-        return list(cases_mod.CASES)
+        return [c for c in cases_mod.CASES if not c.opt_in]
     globs = [p.strip() for p in patterns.split(",") if p.strip()]
     chosen = [
         c

@@ -11,6 +11,7 @@ import numpy as np
 from benchmarks import data
 from benchmarks import flops
 from benchmarks.child import require
+from benchmarks.timing import PROFILE
 from benchmarks.timing import measure
 from benchmarks.timing import summarize
 
@@ -221,3 +222,159 @@ def bigru_masked_kmodels(sizes, timing):
     keras.utils.set_random_seed(0)
     encoder = Encoder(sizes["vocabulary"], sizes["units"])
     return _encoder_step(sizes, timing, encoder)
+
+
+MIXED_POLICY = "mixed_bfloat16"
+
+
+@contextlib.contextmanager
+def dtype_policy(name):
+    """Keras' global dtype policy `name` inside the block (layers keep the
+    policy they were built under); the previous one afterwards."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def train_step_bf16(sizes, timing):
+    """`train_step` with the model built under the `mixed_bfloat16` policy:
+    bfloat16 computations, float32 variables (and float32 loss, as Keras
+    casts the logits of the loss)."""
+    with dtype_policy(MIXED_POLICY):
+        step, target_in = _translator_step(sizes, contracts=True)
+    # One warm-up call and 3 steps at least: without bfloat16 instructions a
+    # step can take tens of seconds (torch on a CPU without AVX512-BF16).
+    timing = dict(
+        timing,
+        warmup=min(timing["warmup"], 1),
+        min_steps=min(timing["min_steps"], 3),
+    )
+    stats = measure(step, **timing)
+    return dict(
+        stats, dtype_policy=MIXED_POLICY, flops=_train_flops(sizes, target_in)
+    )
+
+
+@contextlib.contextmanager
+def _no_profile():
+    saved = dict(PROFILE)
+    PROFILE["dir"] = None
+    try:
+        yield
+    finally:
+        PROFILE.update(saved)
+
+
+# The parts of the train step, in the order of the "where the time goes"
+# table; "backward" is what the others leave of the whole step.
+BREAKDOWN_PARTS = (
+    "recurrence_forward",
+    "projection_forward",
+    "loss_forward",
+    "backward",
+    "optimizer",
+)
+
+
+def train_breakdown(sizes, timing):
+    """Where the time of `train_step` goes, by timing separately compiled
+    sub-computations of the same sizes in the same process (each through
+    Keras' own `predict_on_batch` / `train_on_batch`, so compiled as the
+    backend compiles the train step):
+
+    - `recurrence_forward`: the Translator's forward pass
+      (`predict_on_batch`) minus `projection_forward`: the embeddings, the
+      BiGRU encoder, the GRU decoder and the cross-attention;
+    - `projection_forward`: the output `Dense(vocabulary)` alone, on
+      features of the decoder's shape;
+    - `loss_forward`: `masked_loss` on logits and targets;
+    - `optimizer`: `train_on_batch` of a model holding variables of the
+      Translator's trainable shapes whose loss is their sum: Adam's update
+      plus the train step's fixed cost (and a sum and a fill of the
+      variables' size);
+    - `backward`: the whole step minus all the above: the gradients of the
+      recurrence, the projection and the loss (with any fusion the whole
+      step gains over its parts).
+
+    The projection and loss parts have the fixed cost of one
+    `predict_on_batch` call (`call_overhead_ms`, of an identity on one
+    number) subtracted (the recurrence's cancels in the difference).
+    Returns the whole step's times and `parts_ms` (medians)."""
+    import keras
+    from keras import ops
+
+    masked_loss = require("kmodels.seq2seq", "masked_loss")
+    step, target_in = _translator_step(sizes, contracts=True)
+    whole = measure(step, **timing)
+    (context, target_in), target_out = data.seq2seq_batch(sizes)
+    length = target_in.shape[1]
+
+    def median(function):
+        # `--profile` profiles the whole step only.
+        with _no_profile():
+            return measure(function, **timing)["median_ms"]
+
+    identity = keras.Sequential([keras.Input((1,)), keras.layers.Identity()])
+    one = np.zeros((1, 1), "float32")
+    overhead = median(lambda: identity.predict_on_batch(one))
+
+    forward = _translator(sizes)
+    forward.predict_on_batch((context, target_in))
+    forward_ms = median(lambda: forward.predict_on_batch((context, target_in)))
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal(
+        (sizes["batch"], length, sizes["units"])
+    ).astype("float32")
+
+    projection = keras.Sequential(
+        [
+            keras.Input((length, sizes["units"])),
+            keras.layers.Dense(sizes["vocabulary"]),
+        ]
+    )
+    logits = projection.predict_on_batch(features)
+    proj_ms = median(lambda: projection.predict_on_batch(features))
+
+    class Loss(keras.Model):
+        def call(self, inputs):
+            y_pred, y_true = inputs
+            return ops.reshape(masked_loss(y_true, y_pred), (1,))
+
+    loss = Loss()
+    loss_ms = median(lambda: loss.predict_on_batch((logits, target_out)))
+
+    shapes = [tuple(w.shape) for w in forward.trainable_weights]
+
+    class Variables(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.held = [
+                self.add_weight(shape=s, initializer="zeros") for s in shapes
+            ]
+
+        def call(self, x):
+            return x * 0.0 + sum(ops.sum(w) for w in self.held)
+
+    variables = Variables()
+    variables(one)
+    variables.compile(optimizer="adam", loss="mse")
+    optimizer_ms = median(lambda: variables.train_on_batch(one, one))
+
+    parts = {
+        "recurrence_forward": forward_ms - proj_ms,
+        "projection_forward": proj_ms - overhead,
+        "loss_forward": loss_ms - overhead,
+        "optimizer": optimizer_ms,
+    }
+    parts["backward"] = whole["median_ms"] - sum(parts.values())
+    return dict(
+        whole,
+        parts_ms={name: parts[name] for name in BREAKDOWN_PARTS},
+        call_overhead_ms=overhead,
+        flops=_train_flops(sizes, target_in),
+    )

@@ -37,30 +37,49 @@ def summarize(seconds):
     }
 
 
-def measure(step, warmup=2, min_steps=5, max_steps=30, max_seconds=10.0):
+def measure(
+    step,
+    warmup=2,
+    min_steps=5,
+    max_steps=30,
+    max_seconds=10.0,
+    clock=time.perf_counter,
+):
     """Times `step()` after `warmup` untimed calls (compilation excluded).
 
     `step` must block until its work is done (e.g. return a value converted
     to NumPy). Runs at least `min_steps` and at most `max_steps` timed calls,
     stopping early once `max_seconds` of timed calls have passed. Returns
-    `summarize()` of the per-call times.
+    `summarize()` of the per-call times, plus `first_step_ms`: the wall time
+    of the very first call (the first warm-up call, or the first timed one
+    when `warmup` is 0), which includes tracing and compilation. `clock`
+    returns seconds (a fake one in tests).
     """
+    first = None
     for _ in range(warmup):
+        t0 = clock()
         step()
+        if first is None:
+            first = clock() - t0
     times = []
-    start = time.perf_counter()
+    start = clock()
     while len(times) < max_steps:
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        times.append(time.perf_counter() - t0)
-        if (
-            len(times) >= min_steps
-            and time.perf_counter() - start > max_seconds
-        ):
+        times.append(clock() - t0)
+        if len(times) >= min_steps and clock() - start > max_seconds:
             break
     if PROFILE["dir"]:
         profile(step)
-    return summarize(times)
+    stats = summarize(times)
+    stats["first_step_ms"] = (times[0] if first is None else first) * 1e3
+    return stats
+
+
+def compile_ms(first_step_ms, median_ms):
+    """The first call's extra cost over a steady step (tracing, compilation,
+    first allocations): `first_step_ms - median_ms`, at least 0."""
+    return max(first_step_ms - median_ms, 0.0)
 
 
 def profile(step, steps=PROFILE_STEPS):

@@ -302,3 +302,193 @@ def test_eager_case_reports_first_call_and_memory():
     assert record["steps"] == 2
     assert record["first_call_ms"] > 0 and record["median_ms"] > 0
     assert isinstance(record["rss_growth_mb"], float)
+
+
+def _costed(case, backend, median_ms, **extra):
+    """An "ok" record of a new run: first call and peak memory measured."""
+    return _ok(
+        case,
+        backend,
+        median_ms,
+        first_step_ms=2600.0 + median_ms,  # 2.60 s over the median
+        peak_rss_mb=812.4,
+        peak_rss_scope="case",
+        rss_start_mb=300.0,
+        **extra,
+    )
+
+
+def test_derive_adds_the_compile_time():
+    record = report.derive(_costed("seq2seq_train", "jax", 200.0))
+    assert record["compile_ms"] == pytest.approx(2600.0, rel=1e-12)
+    # An eager case's own first-call time wins over `measure`'s.
+    eager = report.derive(
+        _ok("eager_call", "jax", 10.0, first_call_ms=510.0, first_step_ms=20.0)
+    )
+    assert eager["compile_ms"] == pytest.approx(500.0, rel=1e-12)
+    assert "compile_ms" not in report.derive(_ok("x", "jax", 1.0))
+
+
+def test_format_cost_cells():
+    assert report.format_cost(_costed("x", "jax", 200.0)) == "2.60 s, 812 MB"
+    # Old results: neither measured.
+    assert report.format_cost(_ok("x", "jax", 200.0)) == "-"
+    assert report.format_cost(None) == "-"
+    assert report.format_cost({"status": "error", "peak_rss_mb": 9.0}) == "-"
+    # One of the two: the other is "-".
+    assert report.format_cost(_ok("x", "jax", 1.0, peak_rss_mb=99.6)) == (
+        "-, 100 MB"
+    )
+
+
+def test_markdown_has_the_compile_and_memory_table():
+    results = [
+        report.derive(r)
+        for r in [
+            _costed("seq2seq_train", "jax", 200.0),
+            _costed("seq2seq_train_original", "tf_keras", 400.0),
+            _ok("seq2seq_train", "torch", 250.0),  # an older record
+        ]
+    ]
+    text = report.markdown(results, report.evaluate_targets(results), _meta())
+    lines = text.splitlines()
+    assert report.COST_NOTE in lines
+    assert (
+        "| Seq2Seq train step | kmodels Translator | - | - | - | "
+        "2.60 s, 812 MB | - |"
+    ) in lines
+    assert (
+        "| Seq2Seq train step | tutorial Translator (tf.keras) | - | "
+        "2.60 s, 812 MB | - | - | - |"
+    ) in lines
+    # No breakdown case in this run: no "where the time goes" table.
+    assert report.BREAKDOWN_NOTE not in lines
+
+
+def test_old_results_render_with_dashes():
+    # A run recorded before the compile and memory columns existed.
+    results = _results()
+    text = report.markdown(results, report.evaluate_targets(results), _meta())
+    lines = text.splitlines()
+    assert (
+        "| Seq2Seq train step | kmodels Translator | - | - | - | - | - |"
+    ) in lines[lines.index(report.COST_NOTE) :]
+    measurements, costs, targets = report.rich_tables(
+        report.document(results, _meta())
+    )
+    assert costs.row_count == measurements.row_count
+
+
+def _breakdown(backend, whole, **parts):
+    return _ok(
+        "seq2seq_breakdown",
+        backend,
+        whole,
+        parts_ms=dict(parts),
+        call_overhead_ms=0.1,
+    )
+
+
+def test_where_the_time_goes_table():
+    results = [
+        report.derive(
+            _breakdown(
+                "jax",
+                200.0,
+                recurrence_forward=50.0,
+                projection_forward=20.0,
+                loss_forward=10.0,
+                backward=100.0,
+                optimizer=20.0,
+            )
+        ),
+        report.derive(
+            _breakdown(
+                "torch",
+                100.0,
+                recurrence_forward=60.0,
+                projection_forward=10.0,
+                loss_forward=5.0,
+                backward=-5.0,
+                optimizer=30.0,
+            )
+        ),
+    ]
+    rows = report.breakdown_rows(results)
+    assert [row[0] for row in rows] == [
+        label for _, label in report.BREAKDOWN_LABELS
+    ] + ["whole train step"]
+    # Columns: tensorflow (no record), jax, torch.
+    assert rows[0][1:] == ["-", "50.0 ms (25%)", "60.0 ms (60%)"]
+    assert rows[3][1:] == ["-", "100 ms (50%)", "-5.00 ms (-5%)"]
+    assert rows[-1][1:] == ["-", "200 ms (100%)", "100 ms (100%)"]
+    text = report.markdown(results, [], _meta())
+    assert report.BREAKDOWN_NOTE in text
+    assert "| part | tensorflow | jax | torch |" in text
+    assert len(report.rich_tables(report.document(results, _meta()))) == 4
+    assert report.breakdown_rows(_results()) == []
+
+
+def test_mixed_precision_targets():
+    results = [
+        report.derive(r)
+        for r in [
+            _ok("seq2seq_train_original", "tf_keras", 400.0),
+            _ok("seq2seq_train", "jax", 200.0),
+            _ok("seq2seq_train_bf16", "jax", 600.0),
+            _ok("dates_bf16", "jax", 180e3, exact_match=0.97),
+            _ok("dates_bf16", "torch", 180e3, exact_match=0.5),
+            _ok("dates_float32", "torch", 180e3, exact_match=0.99),
+        ]
+    ]
+    targets = report.evaluate_targets(results)
+    original = _target(
+        targets, "Seq2Seq train: mixed_bfloat16 / float32 original", "jax"
+    )
+    assert original["value"] == pytest.approx(1.5)
+    assert original["met"] == "info"
+    own = _target(targets, "Seq2Seq train: mixed_bfloat16 / float32 t", "jax")
+    assert own["value"] == pytest.approx(3.0) and own["met"] == "info"
+    assert (
+        _target(targets, "Seq2Seq train: mixed_bfloat16 / float32 t", "torch")[
+            "met"
+        ]
+        == "n/a"
+    )
+    dates = _target(
+        targets, "Dates demo: held-out exact match, mixed_bfloat16", "jax"
+    )
+    assert dates["value"] == 0.97 and dates["met"] == "yes"
+    assert dates["goal"] == ">= 0.95"
+    assert (
+        _target(
+            targets, "Dates demo: held-out exact match, mixed_bfloat16", "torch"
+        )["met"]
+        == "no"
+    )
+    reference = _target(
+        targets, "Dates demo: held-out exact match, float32", "torch"
+    )
+    assert reference["met"] == "info"
+    # A run without the opt-in dates cases has no dates rows.
+    assert not any(
+        t["target"].startswith("Dates") for t in report.evaluate_targets([])
+    )
+    cell = report.format_cell(results[3])
+    assert cell == "exact match 0.970, trained 180 s"
+
+
+def test_chart_skips_exact_match_cases(tmp_path):
+    results = [
+        report.derive(r)
+        for r in [
+            _ok("dates_bf16", "jax", 180e3, exact_match=0.97),
+            _costed("seq2seq_train", "jax", 200.0),
+        ]
+    ]
+    path = tmp_path / "chart.png"
+    report.chart(report.document(results, _meta()), str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    only_dates = tmp_path / "dates.png"
+    report.chart(report.document(results[:1], _meta()), str(only_dates))
+    assert only_dates.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

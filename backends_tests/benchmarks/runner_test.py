@@ -60,6 +60,16 @@ def test_plan_isolation_levels():
     assert runner.plan(originals, ["jax"], "backend") == []
 
 
+def test_opt_in_cases_run_only_when_named():
+    default = [c.name for c in runner.select_cases("")]
+    assert "dates_bf16" not in default and "dates_float32" not in default
+    assert "seq2seq_train_bf16" in default and "seq2seq_breakdown" in default
+    assert [c.name for c in runner.select_cases("dates*")] == [
+        "dates_float32",
+        "dates_bf16",
+    ]
+
+
 def test_select_cases_rejects_unknown_names():
     with pytest.raises(SystemExit, match="matches no case"):
         runner.select_cases("nope")
@@ -159,6 +169,10 @@ def test_quick_case_on_this_backend():
     assert (record["case"], record["backend"]) == ("embedding_10k", backend)
     assert record["steps"] == cases.QUICK_TIMING["max_steps"]
     assert record["q1_ms"] <= record["median_ms"] <= record["q3_ms"]
+    # The first call (compilation) is timed apart; peak memory per case.
+    assert record["first_step_ms"] > 0
+    assert record["peak_rss_mb"] >= record["rss_start_mb"] > 0
+    assert record["peak_rss_scope"] in ("case", "process")
 
 
 def test_quick_growth_event_on_this_backend():

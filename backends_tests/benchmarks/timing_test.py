@@ -70,3 +70,52 @@ def test_profile_writes_a_report_after_timing(tmp_path, monkeypatch):
     assert text.startswith(
         f"# {timing.PROFILE_STEPS} steps, cProfile by cumulative time"
     )
+
+
+class _FakeClock:
+    """A clock that only moves when a step runs: the step of call i takes
+    `durations[i]` seconds (the last duration repeats)."""
+
+    def __init__(self, durations):
+        self.now = 0.0
+        self.durations = list(durations)
+        self.calls = 0
+
+    def __call__(self):
+        return self.now
+
+    def step(self):
+        i = min(self.calls, len(self.durations) - 1)
+        self.now += self.durations[i]
+        self.calls += 1
+
+
+def test_measure_times_the_first_call_apart():
+    # The first call (tracing, compilation) takes 5 s, the others 0.1 s:
+    # the first is a warm-up call, reported as `first_step_ms` only.
+    clock = _FakeClock([5.0, 0.2, 0.1])
+    stats = timing.measure(
+        clock.step, warmup=2, min_steps=3, max_steps=3, clock=clock
+    )
+    assert stats["first_step_ms"] == pytest.approx(5000.0, rel=1e-12)
+    assert stats["median_ms"] == pytest.approx(100.0, rel=1e-12)
+    assert stats["steps"] == 3 and clock.calls == 5
+    assert timing.compile_ms(
+        stats["first_step_ms"], stats["median_ms"]
+    ) == pytest.approx(4900.0, rel=1e-12)
+
+
+def test_measure_without_warmup_reports_the_first_timed_call():
+    clock = _FakeClock([3.0, 1.0])
+    stats = timing.measure(
+        clock.step, warmup=0, min_steps=3, max_steps=3, clock=clock
+    )
+    # Timed calls 3, 1, 1 s: the first one is also the first call.
+    assert stats["first_step_ms"] == pytest.approx(3000.0, rel=1e-12)
+    assert stats["median_ms"] == pytest.approx(1000.0, rel=1e-12)
+
+
+def test_compile_time_is_never_negative():
+    # A first call faster than the median (noise) gives 0, not a negative.
+    assert timing.compile_ms(90.0, 100.0) == 0.0
+    assert timing.compile_ms(350.0, 100.0) == 250.0
