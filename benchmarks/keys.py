@@ -134,21 +134,16 @@ def _workload(sizes, key_dtype):
     ]
 
 
-def _throughput(sizes, timing, key_dtype, lookup):
-    KeyIndex = require("kmodels.layers", "KeyIndex")
-    held, batch = _workload(sizes, key_dtype)
-
-    def fresh():
-        index = KeyIndex(key_dtype)
-        index.lookup(held)
-        return index
-
+def _timed(timing, run, setup=lambda: None):
+    """Wall and CPU seconds of `run(setup())` per timed step (the setup
+    untimed), after `timing["warmup"]` untimed steps, until `min_steps`
+    steps and `max_seconds` have passed (or `max_steps`)."""
     times, cpu_times = [], []
     start = time.perf_counter()
     for step in range(timing["warmup"] + timing["max_steps"]):
-        index = fresh()
+        state = setup()
         t0, c0 = time.perf_counter(), time.process_time()
-        lookup(index, batch)
+        run(state)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - c0
         if step < timing["warmup"]:
@@ -161,6 +156,21 @@ def _throughput(sizes, timing, key_dtype, lookup):
             and time.perf_counter() - start > timing["max_seconds"]
         ):
             break
+    return times, cpu_times
+
+
+def _throughput(sizes, timing, key_dtype, lookup):
+    KeyIndex = require("kmodels.layers", "KeyIndex")
+    held, batch = _workload(sizes, key_dtype)
+
+    def fresh():
+        index = KeyIndex(key_dtype)
+        index.lookup(held)
+        return index
+
+    times, cpu_times = _timed(
+        timing, lambda index: lookup(index, batch), setup=fresh
+    )
     # The process's CPU time too: on a shared machine it says what one free
     # core would do.
     cpu_ms = summarize(cpu_times)["median_ms"]
@@ -242,24 +252,12 @@ def _full_index(max_capacity, eviction):
 def _stream_throughput(sizes, timing, max_capacity, eviction):
     batches = _stream(sizes, max_capacity)
     index = _full_index(max_capacity, eviction)
-    times, cpu_times = [], []
-    start = time.perf_counter()
-    for step in range(timing["warmup"] + timing["max_steps"]):
-        t0, c0 = time.perf_counter(), time.process_time()
+
+    def run(_):
         for batch in batches:
             index.lookup(batch)
-        elapsed = time.perf_counter() - t0
-        cpu = time.process_time() - c0
-        if step < timing["warmup"]:
-            start = time.perf_counter()
-            continue
-        times.append(elapsed)
-        cpu_times.append(cpu)
-        if (
-            len(times) >= timing["min_steps"]
-            and time.perf_counter() - start > timing["max_seconds"]
-        ):
-            break
+
+    times, cpu_times = _timed(timing, run)
     if max_capacity is not None and index.num_rows > max_capacity:
         raise RuntimeError("a bounded KeyIndex outgrew its max_capacity")
     cpu_ms = summarize(cpu_times)["median_ms"]
