@@ -23,6 +23,7 @@ MODULES = {
     "decoding",
     "gradients",
     "growth",
+    "losses",
     "replicas",
     "rnn",
     "virtual_devices",

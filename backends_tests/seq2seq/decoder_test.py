@@ -79,6 +79,27 @@ def test_logits_state_and_attention_match_oracle(rng, randomize, parity):
     parity.record("seq2seq/decoder_state", np_(state), ATOL, RTOL)
 
 
+def test_right_padded_path_matches_the_oracle(rng, randomize):
+    # The decoder's other GRU path (Keras' unmasked GRU on right-padded
+    # rows: torch on CUDA, where `kmodels.seq2seq.gru` is not used), called
+    # directly on every backend: outputs (a padded step repeats the last
+    # real output) and final state equal the oracle's masked GRU.
+    _, decoder, _, dec_w, _, target = _built(rng, randomize)
+    h0 = rng.normal(size=(3, UNITS)).astype("float32")
+    h = decoder.embedding(target)
+    seq, state = decoder._right_padded_rnn(
+        keras.ops.convert_to_tensor(np_(h)),
+        keras.ops.convert_to_tensor(h0),
+        keras.ops.convert_to_tensor(target != 0),
+    )
+    kernel, recurrent, bias = dec_w[1:4]
+    ref_seq, ref_state = oracle.gru(
+        np_(h), kernel, recurrent, bias, mask=target != 0, initial_state=h0
+    )
+    np.testing.assert_allclose(np_(seq), ref_seq, RTOL, ATOL)
+    np.testing.assert_allclose(np_(state), ref_state, RTOL, ATOL)
+
+
 def test_context_mask_from_encoder_metadata_on_repeated_calls(rng, randomize):
     encoder, decoder, _, _, ctx, target = _built(rng, randomize)
     context = encoder(ctx)

@@ -114,8 +114,9 @@ def test_weights_are_in_tutorial_order():
 
 
 def test_right_padded_rows_equal_the_masked_bidirectional_gru(rng, randomize):
-    # On torch the encoder runs right-padded batches without a mask (see
-    # Encoder._right_padded_rnn); it must equal Keras' masked BiGRU.
+    # Both of the encoder's own paths, `kmodels.seq2seq.gru` (the CPU) and
+    # the unmasked Keras GRUs on right-padded rows (torch on CUDA, see
+    # Encoder._right_padded_rnn), must equal Keras' masked BiGRU.
     tokens = _tokens(rng)
     encoder, _ = _encoder(rng, randomize, tokens)
     x = encoder.embedding(tokens)
@@ -125,6 +126,11 @@ def test_right_padded_rows_equal_the_masked_bidirectional_gru(rng, randomize):
     np.testing.assert_allclose(
         np_(encoder(tokens)), masked, rtol=1e-6, atol=1e-6
     )
+    right_padded = encoder._right_padded_rnn(
+        keras.ops.convert_to_tensor(np_(x)),
+        keras.ops.convert_to_tensor(tokens != 0),
+    )
+    np.testing.assert_allclose(np_(right_padded), masked, rtol=1e-6, atol=1e-6)
 
 
 def test_interior_padding_keeps_masked_semantics(rng, randomize):

@@ -7,10 +7,13 @@ import keras
 import numpy as np
 import pytest
 
+import kmodels.seq2seq.gru as gru_module
+import kmodels.seq2seq.translator as translator_module
 from kmodels.seq2seq import Autoencoder
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import masked_acc
 from kmodels.seq2seq import masked_loss
+from kmodels.seq2seq.gru import check_fast_gru
 from kmodels.testing import oracle
 from kmodels.testing.gradients import loss_gradients
 from kmodels.testing.layer_contract import run_layer_test
@@ -82,6 +85,108 @@ def test_loss_gradients_match_finite_differences_of_oracle(
     assert _all_nonzero(model, grads) == {}
     parity.record("seq2seq/loss_grad_output_kernel", grads[-2], 1e-6, 1e-4)
     parity.record("seq2seq/loss_grad_encoder_kernel", grads[1], 1e-6, 1e-4)
+
+
+def test_each_backend_runs_the_grus_it_runs_fastest_on_the_cpu():
+    # `kmodels.seq2seq.gru`'s recurrence where it measured faster than
+    # Keras' layers (TensorFlow, torch), one loop for the whole
+    # Translator on torch only; JAX keeps Keras' GRU layers.
+    backend = keras.backend.backend()
+    model = Translator(VOCAB_C, VOCAB_T, UNITS, start_id=START, end_id=END)
+    model.build(((2, 5), (2, 4)))
+    layers = (model.encoder.rnn.forward_layer, model.decoder.rnn)
+    assert [check_fast_gru(layer) for layer in layers] == [backend != "jax"] * 2
+    context = np.ones((2, 5), "int32")
+    fused = model._call_in_one_recurrence(context, np.ones((2, 4), "int32"))
+    assert (fused is not None) is (backend == "torch")
+
+
+@pytest.fixture
+def one_recurrence(monkeypatch):
+    """`Translator`'s single recurrence on every backend (where it is not
+    the default too), so that its arithmetic is tested everywhere."""
+    monkeypatch.setattr(gru_module, "prefers_one_recurrence", lambda: True)
+    monkeypatch.setattr(
+        translator_module, "prefers_one_model_recurrence", lambda: True
+    )
+
+
+@pytest.mark.parametrize("source, target", [(6, 3), (2, 5)])
+def test_one_recurrence_equals_the_encoder_then_the_decoder(
+    rng, randomize, source, target, one_recurrence
+):
+    # `Translator.call` runs the encoder's two GRUs and the decoder's GRU
+    # in one recurrence of max(source, target) steps (the default on
+    # torch); the shorter side is padded. Logits and every gradient equal
+    # the layers called one after the other (each with its own path).
+    # float32 both ways, the same operations in another grouping:
+    # measured differences < 1e-7.
+    context = rng.integers(1, VOCAB_C, (3, source)).astype("int32")
+    context[1, source // 2 :] = 0
+    target_in = rng.integers(3, VOCAB_T, (3, target)).astype("int32")
+    target_in[:, 0] = START
+    target_in[2, target // 2 :] = 0
+    model, _ = _model(rng, randomize, context, target_in)
+    assert model._call_in_one_recurrence(context, target_in) is not None
+    weight = keras.ops.convert_to_tensor(
+        rng.standard_normal((3, target, VOCAB_T)).astype("float32")
+    )
+
+    def one():
+        return model((context, target_in))
+
+    def separate():
+        encoded = model.encoder(context)
+        return model.decoder(encoded, target_in, context_mask=context != 0)
+
+    np.testing.assert_allclose(np_(one()), np_(separate()), atol=1e-6)
+    # And both against the float64 oracle.
+    n_enc = len(model.encoder.weights)
+    weights = [np_(w).astype("float64") for w in model.weights]
+    context_ref = oracle.seq2seq_encoder(context, weights[:n_enc])
+    logits_ref = oracle.seq2seq_decoder(
+        context_ref, context != 0, target_in, weights[n_enc:]
+    )[0]
+    np.testing.assert_allclose(np_(one()), logits_ref, rtol=1e-5, atol=1e-6)
+    _, grads = loss_gradients(model, lambda: keras.ops.sum(one() * weight))
+    _, expected = loss_gradients(
+        model, lambda: keras.ops.sum(separate() * weight)
+    )
+    assert len(grads) == len(expected) == len(model.trainable_variables)
+    for v, g, e in zip(model.trainable_variables, grads, expected):
+        np.testing.assert_allclose(g, e, atol=1e-6, err_msg=v.path)
+
+
+def test_compile_auto_means_xla_on_every_compiling_backend(rng):
+    # kmodels' models compile with XLA where Keras' "auto" does (JAX) and
+    # on TensorFlow on the CPU, where Keras' does not (a plain
+    # keras.Model shows Keras' own choice); torch stays eager.
+    # `jit_compile=False` is obeyed.
+    compiled = {"tensorflow": True, "jax": True, "torch": False}
+    expected = compiled[keras.backend.backend()]
+    context, target_in, target_out = _batch(rng)
+    for model in (
+        Translator(VOCAB_C, VOCAB_T, UNITS, start_id=START, end_id=END),
+        Autoencoder(VOCAB_C, UNITS),
+    ):
+        model.compile("adam", loss=masked_loss)
+        assert model.jit_compile is expected
+        model.compile("adam", loss=masked_loss, jit_compile=False)
+        assert model.jit_compile is False
+    inputs = keras.Input((3,))
+    plain = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    plain.compile("adam", loss="mse")
+    assert plain.jit_compile is (keras.backend.backend() == "jax")
+    # The compiled step trains: its loss is the evaluated one, and one
+    # small SGD step lowers it.
+    keras.utils.set_random_seed(0)
+    model = Translator(VOCAB_C, VOCAB_T, UNITS, start_id=START, end_id=END)
+    model.compile(keras.optimizers.SGD(0.05), loss=masked_loss)
+    before = float(model.evaluate((context, target_in), target_out, verbose=0))
+    first = model.train_on_batch((context, target_in), target_out)
+    assert float(first) == pytest.approx(before, rel=1e-5)
+    after = float(model.evaluate((context, target_in), target_out, verbose=0))
+    assert after < before
 
 
 def _weights(layer):

@@ -29,6 +29,8 @@ function, hold what is the same on every backend, and call
   test or predict step (`kmodels.contracts`).
 - `gradients`: gradients with the backend's own autodiff
   (`kmodels.diagnostics`, `kmodels.testing`).
+- `losses`: the per-position cross-entropy of integer labels in each
+  backend's fastest form (`kmodels.seq2seq.masked_loss`).
 - `replicas`: sums over the replicas of a `tf.distribute` step (the
   identity elsewhere).
 - `compiled`: one compiled function that reads Keras variables
@@ -37,8 +39,12 @@ function, hold what is the same on every backend, and call
 - `decoding`: the greedy generation loop in torch operations (torch runs
   `Translator.generate` eagerly, where Keras' per-layer overhead dominates);
   None elsewhere.
-- `rnn`: whether a recurrent layer may run its unmasked (faster) path on a
-  right-padded batch (torch only).
+- `rnn`: how `kmodels.seq2seq` runs its GRUs: `kmodels.seq2seq.gru`'s
+  recurrence where it is faster than Keras' layers (and its loop, custom
+  gradient and torch operations), or Keras' layers, unmasked on a
+  right-padded batch where that reaches a fused kernel (torch on CUDA).
+- `compiled` also says where kmodels' models compile with XLA by default
+  (TensorFlow on the CPU).
 - `virtual_devices`: several CPU devices in one process
   (`kmodels.distributed.virtual_cpu_devices`).
 

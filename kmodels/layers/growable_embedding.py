@@ -681,7 +681,10 @@ class GrowableEmbedding(keras.layers.Layer):
     def ensure_capacity(self, ids):
         """Grows the table (eagerly, between steps) so that the concrete
         `ids` fit; returns the new capacity."""
-        ids = self.check_ids(ids)
+        return self._fit_checked_ids(self.check_ids(ids))
+
+    def _fit_checked_ids(self, ids):
+        """`ensure_capacity` for ids `check_ids` returned."""
         if ids.size:
             target = self.required_capacity(int(ids.max()))
             if target > self.capacity:
@@ -829,7 +832,7 @@ class GrowableEmbedding(keras.layers.Layer):
             )
             if training:
                 if updates:
-                    self.ensure_capacity(checked)
+                    self._fit_checked_ids(checked)
             elif self.unseen == "error" and checked.size:
                 if int(checked.max()) >= self.capacity:
                     raise ValueError(

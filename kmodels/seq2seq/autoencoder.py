@@ -12,16 +12,22 @@ from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.masking import without_mask
+from kmodels.seq2seq.xla_by_default import XLAByDefault
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Autoencoder(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
+class Autoencoder(
+    CheckedEagerCall, ContractModel, SavingModel, XLAByDefault, keras.Model
+):
     """An `Encoder` plus `Dense(vocabulary_size)`: logits for the input ids.
 
     Trained with `masked_loss(tokens, model(tokens))`, it pretrains the
     encoder on unlabelled text. Afterwards, hand `autoencoder.encoder` to
     `Translator(..., encoder=...)`, optionally frozen
     (`encoder.trainable = False`, then compile).
+
+    `compile`'s default `jit_compile="auto"` compiles with XLA on
+    TensorFlow on the CPU too, as for `Translator`.
 
     Args:
         encoder_or_vocabulary_size: an `Encoder` (or its config) to train,

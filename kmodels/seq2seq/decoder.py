@@ -10,6 +10,8 @@ from kmodels.layers.sublayers import finish_build
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import gather_steps
+from kmodels.seq2seq.gru import check_fast_gru
+from kmodels.seq2seq.gru import run_grus
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 
@@ -26,10 +28,13 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
     hold no weights).
 
     Id 0 in `x` is padding: the GRU skips it (state carried over), so the
-    returned state is the state after the last real token. The context mask
-    is taken from `context_mask` when given, else from the Keras mask that
-    `Encoder` attaches to the context. Pass it explicitly when the context
-    did not come straight from an `Encoder` call (e.g. a stored context).
+    returned state is the state after the last real token. On the CPU
+    (TensorFlow, torch) the GRU runs as `kmodels.seq2seq.gru`'s recurrence
+    on its own variables (on torch, `Translator` runs it in the same loop
+    as the encoder's GRUs). The context mask is taken from `context_mask`
+    when given, else from the Keras mask that `Encoder` attaches to the
+    context. Pass it explicitly when the context did not come straight
+    from an `Encoder` call (e.g. a stored context).
 
     Args:
         vocabulary_size: int >= 1. Number of target token ids (logits per
@@ -130,10 +135,44 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
     ):
         x_mask = padding_mask(x)
         h = without_mask(self.embedding(x))
-        if is_eager_right_padded(x_mask):
+        if check_fast_gru(self.rnn):
+            if state is None:
+                state = ops.zeros((ops.shape(h)[0], self.units), h.dtype)
+            (h,), (state,) = run_grus(
+                (self.rnn,),
+                (h,),
+                (x_mask,),
+                (state,),
+                reverse=(False,),
+                zero_output=(False,),
+            )
+        elif is_eager_right_padded(x_mask):
             h, state = self._right_padded_rnn(h, state, x_mask)
         else:
             h, state = self.rnn(h, initial_state=state, mask=x_mask)
+        return self.attend(
+            h,
+            state,
+            context,
+            context_mask,
+            return_state=return_state,
+            return_attention_weights=return_attention_weights,
+        )
+
+    def attend(
+        self,
+        h,
+        state,
+        context,
+        context_mask,
+        return_state=False,
+        return_attention_weights=False,
+    ):
+        """The part of `call` after the GRU: cross-attention over `context`
+        and the output logits, from the GRU's outputs `h (batch, t, units)`
+        and final `state`; returns what `call` returns. `Translator` calls
+        it with GRU outputs it computed in one recurrence with the
+        encoder's."""
         h, weights = self.attention(
             without_mask(h),
             context,

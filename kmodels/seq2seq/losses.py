@@ -20,6 +20,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kmodels.backend.losses import sparse_cross_entropy
 from kmodels.backend.replicas import sum_over_replicas
 from kmodels.seq2seq.masking import PAD_ID
 
@@ -218,9 +219,7 @@ class MaskedLoss(keras.losses.Loss):
             ops.greater_equal(labels, 0), ops.less(labels, vocab)
         )
         safe = ops.where(in_range, labels, 0)
-        log_probs = ops.log_softmax(y_pred, axis=-1)
-        picked = ops.take_along_axis(log_probs, safe[..., None], axis=-1)
-        loss = -ops.squeeze(picked, axis=-1)
+        loss = sparse_cross_entropy(safe, y_pred)
         return ops.where(in_range, loss, float("nan"))
 
     def get_config(self):

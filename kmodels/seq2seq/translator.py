@@ -18,6 +18,7 @@ from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.backend.compiled import compile_inference_loop
+from kmodels.backend.rnn import prefers_one_model_recurrence
 from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.checks import checked
@@ -28,7 +29,11 @@ from kmodels.seq2seq import decoding
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.gru import check_fast_gru
+from kmodels.seq2seq.gru import run_grus
 from kmodels.seq2seq.masking import padding_mask
+from kmodels.seq2seq.masking import without_mask
+from kmodels.seq2seq.xla_by_default import XLAByDefault
 
 
 def check_token_range(
@@ -47,7 +52,9 @@ def check_token_range(
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
-class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
+class Translator(
+    CheckedEagerCall, ContractModel, SavingModel, XLAByDefault, keras.Model
+):
     """Attention-based sequence-to-sequence model returning logits.
 
     An `Encoder` over the context ids and a `Decoder` over the (shifted)
@@ -63,6 +70,15 @@ class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
     The defaults (2 and 3) are where those tokens land when every sentence
     is wrapped in `[START] ... [END]` (after `''` and `[UNK]`), but pass the
     looked-up values.
+
+    On the CPU, `call` runs the GRUs as `kmodels.seq2seq.gru`'s
+    recurrences where that is faster than Keras' layers (TensorFlow and
+    torch; on torch the encoder's two and the decoder's in one loop), and
+    `compile`'s default
+    `jit_compile="auto"` compiles with XLA on TensorFlow too (Keras turns
+    it off on CPU-only machines; pass `jit_compile=False` to keep it off).
+    The numbers are those of the encoder and decoder called one after the
+    other.
 
     `generate` decodes with keras-hub's samplers: greedy (the default),
     random, top-k, top-p or beam search, and can return each sequence's
@@ -209,12 +225,56 @@ class Translator(CheckedEagerCall, ContractModel, SavingModel, keras.Model):
 
     def call(self, inputs, training=None):
         context_tokens, target_in = inputs
+        logits = self._call_in_one_recurrence(context_tokens, target_in)
+        if logits is not None:
+            return logits
         context = self.encoder(context_tokens, training=training)
         return self.decoder(
             context,
             target_in,
             context_mask=padding_mask(context_tokens),
             training=training,
+        )
+
+    def _call_in_one_recurrence(self, context_tokens, target_in):
+        """`call`'s logits with the encoder's two GRUs and the decoder's
+        GRU in one recurrence (the decoder's GRU reads only the target
+        ids, not the context), or None where that does not pay
+        (`kmodels.backend.rnn.prefers_one_model_recurrence`) or
+        `kmodels.seq2seq.gru` does not apply (another GRU configuration,
+        lengths unknown until run time or symbolic).
+
+        Same layers, variables and arithmetic as `self.decoder(
+        self.encoder(context_tokens), target_in, context_mask=...)`; the
+        recurrence takes as many steps as the longer side instead of the
+        sum of both."""
+        layers = (
+            self.encoder.rnn.forward_layer,
+            self.encoder.rnn.backward_layer,
+            self.decoder.rnn,
+        )
+        if not prefers_one_model_recurrence():
+            return None
+        if not all(check_fast_gru(layer) for layer in layers):
+            return None
+        lengths = (context_tokens.shape[1], target_in.shape[1])
+        if not all(isinstance(length, int) for length in lengths):
+            return None
+        context_mask = padding_mask(context_tokens)
+        target_mask = padding_mask(target_in)
+        x = without_mask(self.encoder.embedding(context_tokens))
+        h = without_mask(self.decoder.embedding(target_in))
+        zeros = ops.zeros((ops.shape(x)[0], self.units), x.dtype)
+        (forward, backward, h), (_, _, state) = run_grus(
+            layers,
+            (x, x, h),
+            (context_mask, context_mask, target_mask),
+            (zeros, zeros, zeros),
+            reverse=(False, True, False),
+            zero_output=(True, True, False),
+        )
+        return self.decoder.attend(
+            h, state, forward + backward, context_mask=context_mask
         )
 
     def compute_output_shape(self, inputs_shape):

@@ -5,6 +5,7 @@ from kmodels.backend.jax import contracts
 from kmodels.backend.jax import decoding
 from kmodels.backend.jax import gradients
 from kmodels.backend.jax import growth
+from kmodels.backend.jax import losses
 from kmodels.backend.jax import replicas
 from kmodels.backend.jax import rnn
 from kmodels.backend.jax import virtual_devices

@@ -5,6 +5,7 @@ from kmodels.backend.tensorflow import contracts
 from kmodels.backend.tensorflow import decoding
 from kmodels.backend.tensorflow import gradients
 from kmodels.backend.tensorflow import growth
+from kmodels.backend.tensorflow import losses
 from kmodels.backend.tensorflow import replicas
 from kmodels.backend.tensorflow import rnn
 from kmodels.backend.tensorflow import virtual_devices

@@ -17,6 +17,12 @@ def compile_inference_loop(fn, variables):
     )
 
 
+def xla_train_step():
+    # Keras' "auto" is False on CPU-only machines only.
+    devices = tf.config.list_physical_devices()
+    return all(d.device_type == "CPU" for d in devices)
+
+
 def may_compile_eager_call(values):
     # Under a tf.function nothing is eager; a tf.GradientTape differentiates
     # through a tf.function call, so it does not prevent compiling. A

@@ -1,0 +1,219 @@
+"""`run_grus` against Keras' own masked GRU layers on the same variables:
+outputs, final states and gradients, with right, left and full padding."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kmodels.seq2seq.gru import check_fast_gru
+from kmodels.seq2seq.gru import run_grus
+from kmodels.testing.gradients import loss_gradients
+from kmodels.testing.oracle.gradients import numerical_gradient
+from kmodels.testing.oracle.gru import gru as oracle_gru
+
+np_ = keras.ops.convert_to_numpy
+
+# Both sides are float32 over 6 steps with O(1) values: measured
+# differences <= 2e-7; 1e-5 is the issue's bound.
+TOL = 1e-5
+BATCH, STEPS, FEATURES, UNITS = 4, 6, 5, 3
+
+
+def _inputs(rng):
+    x = rng.standard_normal((BATCH, STEPS, FEATURES)).astype("float32")
+    mask = np.ones((BATCH, STEPS), bool)
+    mask[1, 4:] = False  # right padding
+    mask[2, :2] = False  # left padding
+    mask[3, :] = False  # all padding
+    return x, mask
+
+
+def _randomize(layer, rng):
+    for v in layer.weights:
+        v.assign(rng.uniform(-0.8, 0.8, tuple(v.shape)).astype("float32"))
+
+
+def test_bidirectional_matches_keras_outputs_and_gradients(rng):
+    x, mask = _inputs(rng)
+    bi = keras.layers.Bidirectional(
+        keras.layers.GRU(UNITS, return_sequences=True), merge_mode="sum"
+    )
+    bi.build((BATCH, STEPS, FEATURES))
+    _randomize(bi, rng)
+    layers = (bi.forward_layer, bi.backward_layer)
+    # A tensor: torch * ndarray would go through NumPy (and fail on grads).
+    weight = ops.convert_to_tensor(
+        rng.standard_normal((BATCH, STEPS, UNITS)).astype("float32")
+    )
+
+    def fast():
+        zeros = ops.zeros((BATCH, UNITS))
+        x_ = ops.convert_to_tensor(x)
+        (f, b), _ = run_grus(
+            layers,
+            (x_, x_),
+            (mask, mask),
+            (zeros, zeros),
+            (False, True),
+            (True, True),
+        )
+        return f + b
+
+    def plain():
+        return bi(x, mask=mask)
+
+    np.testing.assert_allclose(np_(fast()), np_(plain()), atol=TOL)
+    # Zero context at every padded position, all-padding row included.
+    assert np.all(np_(fast())[~mask] == 0.0)
+    _, fast_grads = loss_gradients(bi, lambda: ops.sum(fast() * weight))
+    _, plain_grads = loss_gradients(bi, lambda: ops.sum(plain() * weight))
+    assert len(fast_grads) == 6
+    for a, b in zip(fast_grads, plain_grads):
+        np.testing.assert_allclose(a, b, atol=TOL)
+
+
+def test_gru_with_state_matches_keras_outputs_state_and_gradients(rng):
+    x, mask = _inputs(rng)
+    gru = keras.layers.GRU(UNITS, return_sequences=True, return_state=True)
+    gru.build((BATCH, STEPS, FEATURES))
+    _randomize(gru, rng)
+    # A tensor: torch * ndarray would go through NumPy (and fail on grads).
+    weight = ops.convert_to_tensor(
+        rng.standard_normal((BATCH, STEPS, UNITS)).astype("float32")
+    )
+    state = rng.standard_normal((BATCH, UNITS)).astype("float32")
+    zeros = np.zeros_like(state)
+
+    def fast(h0):
+        (seq,), (h,) = run_grus(
+            (gru,),
+            (ops.convert_to_tensor(x),),
+            (mask,),
+            (h0,),
+            (False,),
+            (False,),
+        )
+        return seq, h
+
+    # The final state is the initial one for the all-padding row.
+    _, h = fast(state)
+    np.testing.assert_allclose(
+        np_(h), np_(gru(x, state, mask=mask)[1]), atol=TOL
+    )
+    np.testing.assert_allclose(np_(h)[3], state[3], atol=0)
+    # Outputs from a zero state (Keras' JAX loop repeats a nonzero
+    # initial state at leading padded steps where TF and torch give 0;
+    # `run_grus` gives 0, the last real output, on every backend).
+    seq, h = fast(zeros)
+    ref_seq, ref_h = gru(x, zeros, mask=mask)
+    np.testing.assert_allclose(np_(seq), np_(ref_seq), atol=TOL)
+    np.testing.assert_allclose(np_(h), np_(ref_h), atol=TOL)
+    # A padded step repeats the last real output; zeros before any.
+    np.testing.assert_array_equal(
+        np_(seq)[1, 4:], np_(seq)[1, 3:4].repeat(2, 0)
+    )
+    assert np.all(np_(seq)[2, :2] == 0.0) and np.all(np_(seq)[3] == 0.0)
+
+    def loss(fn):
+        seq, h = fn()
+        return ops.sum(seq * weight) + ops.sum(h)
+
+    _, fast_grads = loss_gradients(gru, lambda: loss(lambda: fast(zeros)))
+    _, plain_grads = loss_gradients(
+        gru, lambda: loss(lambda: gru(x, zeros, mask=mask))
+    )
+    for a, b in zip(fast_grads, plain_grads):
+        np.testing.assert_allclose(a, b, atol=TOL)
+
+
+def test_other_gru_configurations_keep_the_keras_layer():
+    assert not check_fast_gru(keras.layers.GRU(3, reset_after=False))
+    assert not check_fast_gru(keras.layers.GRU(3, dropout=0.1))
+    assert not check_fast_gru(keras.layers.GRU(3, activation="relu"))
+
+
+class _Inputs(keras.layers.Layer):
+    """Holds `x` and the initial states as variables, so that
+    `loss_gradients` differentiates them along with the GRUs' weights."""
+
+    def __init__(self, grus, x, states):
+        super().__init__()
+        self.grus = grus
+        self.x = self.add_weight(
+            shape=x.shape, initializer=keras.initializers.Constant(x)
+        )
+        self.states = [
+            self.add_weight(
+                shape=s.shape, initializer=keras.initializers.Constant(s)
+            )
+            for s in states
+        ]
+
+
+@pytest.mark.parametrize("zero_output", [True, False])
+def test_gradients_match_finite_differences_of_the_numpy_oracle(
+    rng, zero_output
+):
+    # The hand-written backward pass of `run_grus` against central
+    # differences of `kmodels.testing.oracle.gru` in float64: inputs,
+    # initial states, kernels and biases of a forward and a backward GRU,
+    # with right, left and full padding. float32 against float64 over 6
+    # steps: measured differences < 1e-5; the bound is 1e-4.
+    batch, steps, features, units = 4, 6, 2, 2
+    x, mask = _inputs(rng)
+    x = x[..., :features]
+    grus = []
+    for _ in range(2):
+        gru = keras.layers.GRU(units, return_sequences=True)
+        gru.build((batch, steps, features))
+        _randomize(gru, rng)
+        grus.append(gru)
+    states = [rng.uniform(-1, 1, (batch, units)).astype("float32")] * 2
+    holder = _Inputs(grus, x, states)
+    w_out = [rng.standard_normal((batch, steps, units)) for _ in range(2)]
+    w_final = [rng.standard_normal((batch, units)) for _ in range(2)]
+
+    def loss():
+        x_ = ops.convert_to_tensor(holder.x)
+        outputs, finals = run_grus(
+            grus,
+            (x_, x_),
+            (mask, mask),
+            [ops.convert_to_tensor(s) for s in holder.states],
+            (False, True),
+            (zero_output, zero_output),
+        )
+        total = 0.0
+        for out, final, w, v in zip(outputs, finals, w_out, w_final):
+            total = total + ops.sum(out * ops.convert_to_tensor(w, "float32"))
+            total = total + ops.sum(final * ops.convert_to_tensor(v, "float32"))
+        return total
+
+    def oracle_loss(params):
+        x_, s_f, s_b = params[:3]
+        total = 0.0
+        for g, (backwards, s) in enumerate(((False, s_f), (True, s_b))):
+            kernel, recurrent, bias = params[3 + 3 * g : 6 + 3 * g]
+            seq, h = oracle_gru(
+                x_,
+                kernel,
+                recurrent,
+                bias,
+                mask=mask,
+                initial_state=s,
+                go_backwards=backwards,
+                zero_output_for_mask=zero_output,
+            )
+            if backwards:
+                seq = seq[:, ::-1]
+            total += np.sum(seq * w_out[g]) + np.sum(h * w_final[g])
+        return total
+
+    _, grads = loss_gradients(holder, loss)
+    # `holder.trainable_variables`: its own (x, states), then the GRUs'.
+    params = [np_(v) for v in holder.trainable_variables]
+    expected = numerical_gradient(oracle_loss, params)
+    assert len(grads) == len(expected) == 9
+    for got, want in zip(grads, expected):
+        np.testing.assert_allclose(got, want, atol=1e-4)
