@@ -4,7 +4,6 @@ BiGRU encoder with and without a padding mask."""
 import contextlib
 import functools
 import inspect
-import time
 
 import numpy as np
 
@@ -13,7 +12,7 @@ from benchmarks import flops
 from benchmarks.child import require
 from benchmarks.timing import PROFILE
 from benchmarks.timing import measure
-from benchmarks.timing import summarize
+from benchmarks.timing import measure_alternating
 
 
 def _translator(sizes):
@@ -88,25 +87,12 @@ def train_step_unchecked(sizes, timing):
     steps as `contracts_on_ms`."""
     checked_step, _ = _translator_step(sizes, contracts=True)
     unchecked_step, target_in = _translator_step(sizes, contracts=False)
-    times = {True: [], False: []}
-    # The step that runs first in a pair is measured a few % slower (seen
-    # on JAX and torch, either way round): the order alternates (ABBA).
-    orders = [
-        ((True, checked_step), (False, unchecked_step)),
-        ((False, unchecked_step), (True, checked_step)),
-    ]
-
-    def pair():
-        for on, step in orders[len(times[True]) % 2]:
-            t0 = time.perf_counter()
-            step()
-            times[on].append(time.perf_counter() - t0)
-
-    pairs = measure(pair, **timing)
-    timed = slice(timing["warmup"], timing["warmup"] + pairs["steps"])
+    unchecked, checked = measure_alternating(
+        unchecked_step, checked_step, timing
+    )
     return dict(
-        summarize(times[False][timed]),
-        contracts_on_ms=summarize(times[True][timed])["median_ms"],
+        unchecked,
+        contracts_on_ms=checked["median_ms"],
         flops=_train_flops(sizes, target_in),
     )
 

@@ -76,6 +76,28 @@ def measure(
     return stats
 
 
+def measure_alternating(first, second, timing):
+    """Times two steps taking turns, in the same process: pairs in
+    alternating order (ABBA), so machine noise and warm-up hit both alike
+    (the step that runs first in a pair, or the case timed first in a
+    process, was measured a few % slower on JAX and torch, either way
+    round). `timing` is `measure`'s keyword arguments. Returns
+    `(first_stats, second_stats)`, `summarize()` of each step's timed
+    calls (the pairs' warm-up calls excluded)."""
+    times = ([], [])
+    orders = (((0, first), (1, second)), ((1, second), (0, first)))
+
+    def pair():
+        for index, step in orders[len(times[0]) % 2]:
+            t0 = time.perf_counter()
+            step()
+            times[index].append(time.perf_counter() - t0)
+
+    pairs = measure(pair, **timing)
+    timed = slice(timing["warmup"], timing["warmup"] + pairs["steps"])
+    return summarize(times[0][timed]), summarize(times[1][timed])
+
+
 def compile_ms(first_step_ms, median_ms):
     """The first call's extra cost over a steady step (tracing, compilation,
     first allocations): `first_step_ms - median_ms`, at least 0."""

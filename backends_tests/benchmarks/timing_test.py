@@ -119,3 +119,15 @@ def test_compile_time_is_never_negative():
     # A first call faster than the median (noise) gives 0, not a negative.
     assert timing.compile_ms(90.0, 100.0) == 0.0
     assert timing.compile_ms(350.0, 100.0) == 250.0
+
+
+def test_measure_alternating_takes_turns_in_abba_order():
+    calls = []
+    first, second = timing.measure_alternating(
+        lambda: calls.append("a"),
+        lambda: calls.append("b"),
+        {"warmup": 1, "min_steps": 4, "max_steps": 4, "max_seconds": 60},
+    )
+    # One warm-up pair, then 4 timed pairs, the order flipping each pair.
+    assert "".join(calls) == "ab" + "ba" + "ab" + "ba" + "ab"
+    assert first["steps"] == second["steps"] == 4
