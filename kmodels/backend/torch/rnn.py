@@ -26,7 +26,25 @@ def prefers_one_model_recurrence():
 
 
 def gru_recurrence():
-    return _GRURecurrence.apply
+    return _recurrence
+
+
+def _recurrence(x_proj, h0, kernel, recurrent_bias, mask):
+    dtype = x_proj.dtype
+    if x_proj.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+        # Half-precision products on a CPU without bfloat16 instructions
+        # take a generic kernel: a (3, 64, 256) x (3, 256, 768) `baddbmm`
+        # took 61 ms in bfloat16 against 1.1 ms in float32 with the casts.
+        # The loop runs in float32; its outputs are cast back.
+        states, final = _GRURecurrence.apply(
+            x_proj.float(),
+            h0.float(),
+            kernel.float(),
+            recurrent_bias.float(),
+            mask,
+        )
+        return states.to(dtype), final.to(dtype)
+    return _GRURecurrence.apply(x_proj, h0, kernel, recurrent_bias, mask)
 
 
 class _GRURecurrence(torch.autograd.Function):
