@@ -141,7 +141,14 @@ def resume_all(folder, cases):
             "state": state,
             "losses": losses,
             "iterations": int(np_(model.optimizer.iterations)),
+            "jit_compile": model.jit_compile,
         }
+    # What `compile`'s default resolves to for a fresh Translator on this
+    # backend: the loaded ones must resolve "auto" the same way.
+    fresh = Translator(20, 20, units=4)
+    fresh.compile(optimizer=_adam(), loss=masked_loss)
+    for case in cases:
+        results[case]["fresh_jit_compile"] = fresh.jit_compile
     return results
 
 
@@ -203,6 +210,37 @@ def test_translator_records_the_portable_class(saved):
     assert optimizer["class_name"] == "Adam"
     assert optimizer["registered_name"] is None
     assert optimizer["config"]["learning_rate"] == pytest.approx(LEARNING_RATE)
+    # Compiled with the default: the file keeps "auto", not what it
+    # resolved to here (Keras would write True on JAX and, for kmodels'
+    # models, on TensorFlow; torch would then train under torch.compile).
+    assert config["compile_config"]["jit_compile"] == "auto"
+
+
+@pytest.mark.parametrize("jit_compile", ["auto", False, True])
+def test_saved_jit_compile_is_what_compile_was_given(jit_compile, tmp_path):
+    data = _data()["translator"]
+    model = Translator(20, 20, units=4)
+    model((data[0][0][:1], data[0][1][:1]))
+    # A first compile with another value, so the recorded one is the
+    # last compile's.
+    model.compile(optimizer=_adam(), loss=masked_loss, jit_compile=False)
+    model.compile(_adam(), masked_loss, None, None, None, False, 1, jit_compile)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+    assert config["compile_config"]["jit_compile"] == jit_compile
+    loaded = keras.saving.load_model(path)
+    assert loaded.compiled
+    assert type(loaded.optimizer).__name__ == "Adam"
+    # Built on load (iterations, learning rate, two Adam moments per
+    # variable), for the saved values to load into.
+    n = len(loaded.trainable_variables)
+    assert len(loaded.optimizer.variables) == 2 + 2 * n
+    if jit_compile == "auto":
+        assert loaded.jit_compile == model.jit_compile
+    else:
+        assert loaded.jit_compile is jit_compile
 
 
 def test_portable_compile_config_rewrites_backend_classes_only():
@@ -309,6 +347,13 @@ def test_training_resumes_on_every_backend(target, saved):
             got["losses"], expected["losses"], rtol=RTOL, atol=ATOL
         )
         assert got["iterations"] == 2 + 2 * RESUMED_EPOCHS
+        if case.startswith("translator"):
+            # The file says "auto" (below), resolved on the loading
+            # backend: never `torch.compile` on torch, whatever the saving
+            # backend resolved it to.
+            assert got["jit_compile"] == got["fresh_jit_compile"], case
+            if target == "torch":
+                assert got["jit_compile"] is False
 
 
 def test_a_lost_optimizer_state_would_be_caught(saved):
