@@ -74,11 +74,11 @@ class Translator(
     On the CPU, `call` runs the GRUs as `kmodels.seq2seq.gru`'s
     recurrences where that is faster than Keras' layers (TensorFlow and
     torch; on torch the encoder's two and the decoder's in one loop), and
-    `compile`'s default
-    `jit_compile="auto"` compiles with XLA on TensorFlow too (Keras turns
-    it off on CPU-only machines; pass `jit_compile=False` to keep it off).
-    The numbers are those of the encoder and decoder called one after the
-    other.
+    `compile`'s default `jit_compile="auto"` compiles with XLA on
+    TensorFlow too (Keras turns it off on CPU-only machines; pass
+    `jit_compile=False` to keep it off). A saved file records "auto" as
+    "auto", so each loading backend resolves it for itself. The numbers are
+    those of the encoder and decoder called one after the other.
 
     `generate` decodes with keras-hub's samplers: greedy (the default),
     random, top-k, top-p or beam search, and can return each sequence's
