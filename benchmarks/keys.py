@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from benchmarks.child import require
+from benchmarks.timing import measure_alternating
 from benchmarks.timing import summarize
 
 _INT64_MIN = -(2**63)
@@ -293,3 +294,45 @@ def stream_lru_1m(sizes, timing):
 def stream_lfu_1m(sizes, timing):
     """The stream (2M ids) through a full LFU index of 1,000,000 rows."""
     return _stream_throughput(sizes, timing, 1_000_000, "lfu")
+
+
+# ------------------------------------------------- the lock's own cost
+# `KeyIndex` holds a lock while it looks a batch up (threads, `PyDataset`
+# workers). Its single-thread cost, on small batches where it weighs most
+# (64 keys: a `PyDataset` batch), timed in alternation with the same index
+# whose lock is replaced by a no-op one.
+_LOCK_BATCH = 64
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        return False
+
+
+def stream_unlocked(sizes, timing):
+    """The unbounded stream in 64-key batches, without the index's lock,
+    in alternation with the locked index (`locked_ms`); both indexes see
+    the same batches and must give the same rows."""
+    rng = np.random.default_rng(2)
+    spread = np.int64(0x9E3779B97F4A7C1)
+    ids = rng.integers(0, sizes["distinct"], size=sizes["keys"]) * spread
+    batches = [
+        ids[start : start + _LOCK_BATCH]
+        for start in range(0, ids.size, _LOCK_BATCH)
+    ]
+    locked = _full_index(None, None)
+    unlocked = _full_index(None, None)
+    # The instance attribute `KeyIndex` takes for its lock (a plain
+    # attribute: Keras does not track it).
+    object.__setattr__(unlocked, "_index_lock", _NoLock())
+
+    def run(index):
+        return lambda: [index.lookup(batch) for batch in batches]
+
+    off, on = measure_alternating(run(unlocked), run(locked), timing)
+    if locked.keys() != unlocked.keys():
+        raise RuntimeError("the lock changed what KeyIndex.lookup assigns")
+    return dict(off, keys=sizes["keys"], flops=0, locked_ms=on["median_ms"])

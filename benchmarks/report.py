@@ -415,6 +415,21 @@ def _keys_targets(table, backends):
                     note="speed-up over the loop it replaced",
                 )
             )
+    for b in [b for b in backends if b in measured]:
+        record = table.get(("keys_stream_unlocked", b)) or {}
+        rows.append(
+            _target(
+                "KeyIndex: lock on / off time, 64-key batches",
+                b,
+                _ratio(
+                    record.get("locked_ms"),
+                    _ms(table, "keys_stream_unlocked", b),
+                ),
+                1.1,
+                "<=",
+                note="one thread; alternated in one process",
+            )
+        )
     return rows
 
 

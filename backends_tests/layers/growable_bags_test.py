@@ -376,3 +376,106 @@ def test_bad_bag_weights_are_refused_before_the_compiled_step(method):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(v.value), b)
     history = model.fit([x, good], y, verbose=0, callbacks=[EmbeddingGrowth()])
     assert np.isfinite(history.history["loss"][0])
+
+
+# ------------------------------------------------------ bag weights
+NAN_WEIGHTS = np.array([[1.0, np.nan, 1.0], [1.0, 1.0, 0.0]], "float32")
+INF_WEIGHTS = np.array([[1.0, 1.0, 1.0], [np.inf, 1.0, 0.0]], "float32")
+# Bag 0 cancels out (1 - 1); bag 1 has a padding id whose weight is ignored.
+CANCEL_WEIGHTS = np.array([[1.0, -1.0, 0.0], [2.0, 1.0, -5.0]], "float32")
+BAG_IDS = np.array([[1, 2, 3], [3, 1, 0]], "int32")
+
+
+def _finite_message(combiner, values):
+    return (
+        f"GrowableEmbedding 'bags' expects finite bag `weights` (combiner="
+        f"'{combiner}'); got {values}: a NaN or infinite weight makes the "
+        "bag's vector, the loss and the rows it trains NaN."
+    )
+
+
+CANCEL_MESSAGE = (
+    "GrowableEmbedding 'bags' has combiner='mean', which divides by the sum "
+    "of a bag's `weights`: it must be > 0 in every bag with a non-zero "
+    "weight; got sums [0.0]. Use combiner='sum' or 'sqrtn' for weights that "
+    "cancel out."
+)
+
+
+@pytest.mark.parametrize("combiner", COMBINERS)
+def test_non_finite_or_cancelling_bag_weights_are_refused(combiner):
+    """NaN and infinite weights would turn the bag, the loss and the rows
+    it trains into NaN: refused for every combiner. A "mean" bag whose
+    weights sum to 0 (or less) has no mean: refused; "sum" and "sqrtn"
+    take signed weights. The same error on every backend, eagerly and in a
+    plain functional model's compiled steps, with no weight changed."""
+    keras.utils.set_random_seed(7)
+    table = GrowableEmbedding(
+        DIM, initial_capacity=8, mask_zero=True, combiner=combiner, name="bags"
+    )
+    ids = keras.Input((3,), dtype="int32")
+    w = keras.Input((3,))
+    model = keras.Model([ids, w], table(ids, weights=w))
+    model.compile("sgd", "mse")
+    y = np.zeros((2, DIM))
+    # A first good fit: kmodels checks the model's batches from then on.
+    model.fit([BAG_IDS, np.ones((2, 3), "float32")], y, verbose=0)
+    cases = [
+        (NAN_WEIGHTS, _finite_message(combiner, "[nan]")),
+        (INF_WEIGHTS, _finite_message(combiner, "[inf]")),
+    ]
+    if combiner == "mean":
+        cases.append((CANCEL_WEIGHTS, CANCEL_MESSAGE))
+    else:
+        out = _numpy(table(BAG_IDS, weights=CANCEL_WEIGHTS))
+        assert np.all(np.isfinite(out))
+    variables = model.variables + model.optimizer.variables
+    before = [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
+    for weights, message in cases:
+        for run in (
+            lambda: table(BAG_IDS, weights=weights),
+            lambda: table(BAG_IDS, weights=weights, training=True),
+            lambda: model.fit([BAG_IDS, weights], y, verbose=0),
+            lambda: model.predict([BAG_IDS, weights], verbose=0),
+        ):
+            with pytest.raises(ValueError) as caught:
+                run()
+            assert str(caught.value) == message
+    for v, b in zip(variables, before):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v.value), b)
+
+
+def test_table_called_twice_without_the_callback_is_refused():
+    """Without `EmbeddingGrowth`, two training calls of one table in a step
+    would each run its sparse update (on JAX each adds its own updated
+    table): a functional model that calls it twice is refused to train, on
+    every backend, before any variable changes; inference works."""
+    keras.utils.set_random_seed(8)
+    layer = _layer("sum")
+    a = keras.Input(shape=(4,), dtype="int32")
+    b = keras.Input(shape=(4,), dtype="int32")
+    model = keras.Model([a, b], layer(a) + layer(b))
+    model.compile(optimizer="sgd", loss="mse")
+    x = [BAGS[0], BAGS[2]]
+    expected = _numpy(layer(BAGS[0])) + _numpy(layer(BAGS[2]))
+    np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=ATOL)
+    message = (
+        f"GrowableEmbedding '{layer.name}' is called 2 times in model "
+        f"'{model.name}'; a table takes one call per step (its sparse update "
+        "runs once per call). Share it between features with one call on a "
+        "list of ids, e.g. `table([history, item])`, which returns one "
+        "output per feature and sums their gradients before the single "
+        "update."
+    )
+    for run in (
+        lambda: model.fit(x, np.zeros((2, DIM)), verbose=0),
+        lambda: model.train_on_batch(x, np.zeros((2, DIM))),
+    ):
+        variables = model.variables + model.optimizer.variables
+        before = [_numpy(v) for v in variables]
+        with pytest.raises(ValueError) as caught:
+            run()
+        assert str(caught.value) == message
+        variables = model.variables + model.optimizer.variables
+        for v, old in zip(variables, before):
+            np.testing.assert_array_equal(_numpy(v), old)

@@ -36,3 +36,10 @@ def sum_over_replicas(x):
     3.0
     """
     return native.replicas.sum_over_replicas(x)
+
+
+def in_replica_function():
+    """True inside the function a `tf.distribute` strategy runs on each
+    replica (`strategy.run`; eagerly, each replica runs in a thread of its
+    own); False elsewhere and on JAX and torch."""
+    return native.replicas.in_replica_function()

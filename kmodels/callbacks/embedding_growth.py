@@ -3,9 +3,11 @@
 import keras
 import numpy as np
 
+from kmodels import keras_internals
 from kmodels.backend import growth as growth_backend
 from kmodels.contracts.structure import path_to
 from kmodels.layers.growable_embedding import GrowableEmbedding
+from kmodels.layers.growable_embedding import repeated_call_error
 
 
 class EmbeddingGrowth(keras.callbacks.Callback):
@@ -50,8 +52,12 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     so a row is restarted before the first step that *fetched* its new
     key, which is exact as long as the evicted key is not in the batches
     fetched ahead and not yet trained (keep `max_capacity` well above the
-    distinct keys of a few batches). `fit` refuses a table whose
-    `max_capacity` is below its index's (`check_key_index`).
+    distinct keys of a few batches; a `PyDataset` with workers looks up to
+    `max_queue_size + workers` batches ahead). A row the index gave out
+    ahead of the table's growth is not restarted: it holds no training,
+    and the growth that reaches it starts it from the initializer. `fit`
+    refuses a table whose `max_capacity` is below its index's
+    (`check_key_index`).
 
     The hook finds each table's ids in the batch by following the
     functional graph from the model's inputs; for other models, or ids that
@@ -205,8 +211,14 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             # Tables that share an index (values, biases) all restart.
             if id(index) not in taken:
                 taken[id(index)] = np.asarray(take(), np.int64).reshape(-1)
-            if taken[id(index)].size:
-                resets[table] = taken[id(index)]
+            # A pipeline that looks keys up ahead of the step (`PyDataset`
+            # workers) may evict and reassign rows the table has not grown
+            # to yet: those hold no training, and the growth that reaches
+            # them starts them from the initializer, as a restart would.
+            rows = taken[id(index)]
+            rows = rows[rows < table.capacity]
+            if rows.size:
+                resets[table] = rows
         return resets
 
     def apply_resets(self, resets):
@@ -270,21 +282,10 @@ def _check_one_call(model, table):
     """A table's sparse update runs once per call: two calls in one step
     would each apply the optimizer (and, on JAX, add two updated tables).
     Refuses a functional model that calls a table more than once."""
-    by_depth = getattr(model, "_nodes_by_depth", None)
-    if not isinstance(by_depth, dict):
-        return
-    calls = sum(
-        1
-        for nodes in by_depth.values()
-        for node in nodes
-        if node.operation is table
-    )
+    calls = keras_internals.calls_in_graph(model, table)
     if calls > 1:
         raise ValueError(
-            f"GrowableEmbedding '{table.name}' is called {calls} times in "
-            f"model '{model.name}'; a table takes one call per step (its "
-            "sparse update runs once per call). Share it between features "
-            "with one call on a list of ids, e.g. `table([history, item])`, "
-            "which returns one output per feature and sums their gradients "
-            "before the single update."
+            repeated_call_error(
+                table.name, f"{calls} times in model '{model.name}'"
+            )
         )

@@ -17,6 +17,7 @@ import numpy as np
 from keras import ops
 from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 
+from kmodels import keras_internals
 from kmodels.arguments import check_int
 from kmodels.backend import growth as growth_backend
 
@@ -53,7 +54,8 @@ def to_numpy(x):
 
 
 def _fmt(values):
-    return sorted(set(values.tolist()), key=repr)[:5]
+    # Distinct by `repr`: NaNs are never equal, so a set would keep each.
+    return sorted({repr(v): v for v in values.tolist()}.values(), key=repr)[:5]
 
 
 # ------------------------------------------------------------ elementary
@@ -193,6 +195,45 @@ def check_growable_ids(layer, ids, training=None):
                 f'{layer.capacity}) and unseen="error".'
             )
     return array
+
+
+def check_bag_weights(layer, ids, weights):
+    """`GrowableEmbedding`'s per-id bag weights (`ids`: the bags they
+    weigh, already checked): finite for every combiner (a NaN or an
+    infinite weight turns the bag, the loss and the rows it trains into
+    NaN); with `"mean"`, which divides by the sum of a bag's weights, that
+    sum must be > 0 in every bag with a non-zero weight (signed weights
+    may cancel out: the mean is then undefined, or flips sign)."""
+    array = to_numpy(weights)
+    where = f"GrowableEmbedding '{layer.name}'"
+    if array.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{where} expects numeric bag `weights`; got dtype {array.dtype}."
+        )
+    if array.dtype.kind == "f":
+        bad = array[~np.isfinite(array)]
+        if bad.size:
+            raise ValueError(
+                f"{where} expects finite bag `weights` (combiner="
+                f"{layer.combiner!r}); got {_fmt(bad)}: a NaN or infinite "
+                "weight makes the bag's vector, the loss and the rows it "
+                "trains NaN."
+            )
+    if layer.combiner != "mean" or not array.size:
+        return
+    array = array.astype(np.float64)
+    if layer.mask_zero:
+        # Padding (id 0) weighs nothing, whatever its weight says.
+        array = np.where(to_numpy(ids) == 0, 0.0, array)
+    sums = array.sum(axis=-1)
+    bad = (sums <= 0) & np.any(array != 0, axis=-1)
+    if bad.any():
+        raise ValueError(
+            f"{where} has combiner='mean', which divides by the sum of a "
+            "bag's `weights`: it must be > 0 in every bag with a non-zero "
+            f"weight; got sums {_fmt(sums[bad])}. Use combiner='sum' or "
+            "'sqrtn' for weights that cancel out."
+        )
 
 
 # ------------------------------------------------------- per entry point
@@ -341,7 +382,18 @@ def guard(layer, arguments, training=None):
     is concrete (eager), warns once when the layer is traced in a compiled
     step that the contract hook did not check. Returns a context manager
     inside which the layer runs (its sublayers skip their checks)."""
-    if inputs_checked() or in_symbolic_scope():
+    if inputs_checked():
+        return contextlib.nullcontext()
+    # Imported here: the hook builds on this module's checks.
+    from kmodels.contracts import hook
+
+    outer = keras_internals.outermost_layer()
+    if outer is not None and outer is not layer:
+        # Called inside a model's call (Keras builds `fit`'s model with a
+        # symbolic call before its first step, and traces the step): from
+        # now on that model checks the data of its entry points.
+        hook.adopt(outer)
+    if in_symbolic_scope():
         return contextlib.nullcontext()
     values = keras.tree.flatten(
         [v for v in arguments.values() if v is not None]
@@ -351,6 +403,9 @@ def guard(layer, arguments, training=None):
     if any(isinstance(v, keras.KerasTensor) for v in values):
         return contextlib.nullcontext()
     if all(is_concrete(v) for v in values):
+        hook.check_not_running_elsewhere(
+            layer, f"a call of {type(layer).__name__} '{layer.name}'"
+        )
         check_layer(layer, arguments, training)
         return checked()
     _warn_unchecked(layer)
@@ -378,9 +433,11 @@ def unchecked_warning(kind, name):
         f"kmodels {kind} '{name}' runs inside a compiled step whose inputs "
         "kmodels did not check: a bad id there (out of range, negative, "
         "fractional) is not refused, and on JAX gives NaN outputs and, in "
-        "fit, NaN weights. Call kmodels.contracts.enforce(model) once (or "
-        "pass callbacks=[kmodels.callbacks.InputContracts()]) to check "
-        "every batch before its compiled step."
+        "fit, NaN weights. kmodels checks the batches of a functional "
+        "model from the next step on (or its ids are computed inside the "
+        "model, where no check reaches them). To check the first step too, "
+        "call kmodels.contracts.enforce(model) once after building the "
+        "model."
     )
 
 

@@ -15,6 +15,7 @@ from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.backend import growth as growth_backend
 from kmodels.backend.common import sparse_rules
+from kmodels.contracts.checks import check_bag_weights
 from kmodels.contracts.checks import check_growable_ids
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.key_index import KeyIndex
@@ -735,6 +736,12 @@ class GrowableEmbedding(keras.layers.Layer):
     # check: unseen ids get zero vectors, nothing turns NaN.
     _warns_when_unchecked = False
 
+    def _repeated_call_error(self, how):
+        # `kmodels.contracts` refuses to train a model that calls this
+        # layer more than once: each call runs the sparse update (on JAX,
+        # each adds its own updated table to the step).
+        return repeated_call_error(self.name, how)
+
     def __call__(self, *args, **kwargs):
         # The structure (bags, weights, several features) is checked on
         # symbolic and concrete calls alike, with the same message.
@@ -751,9 +758,13 @@ class GrowableEmbedding(keras.layers.Layer):
             # The bag weights' structure and shape too: raised inside a
             # compiled JAX step, the error would leave the model's
             # variables without values.
-            features = self._features(inputs, arguments.get("weights"))[0]
-            for ids in features:
+            features, weights, _ = self._features(
+                inputs, arguments.get("weights")
+            )
+            for ids, w in zip(features, weights):
                 check_growable_ids(self, ids, training)
+                if w is not None:
+                    check_bag_weights(self, ids, w)
 
     def _features(self, inputs, weights):
         """`(ids of each feature, weights of each, several)`: `inputs` is
@@ -1277,6 +1288,18 @@ _UNSUPPORTED_SETTINGS = (
     "use_ema",
     "gradient_accumulation_steps",
 )
+
+
+def repeated_call_error(name, how):
+    """The error of a table called more than once (`how`, e.g. "2 times in
+    model 'm'") where it trains: its sparse update runs once per call."""
+    return (
+        f"GrowableEmbedding '{name}' is called {how}; a table takes one "
+        "call per step (its sparse update runs once per call). Share it "
+        "between features with one call on a list of ids, e.g. "
+        "`table([history, item])`, which returns one output per feature "
+        "and sums their gradients before the single update."
+    )
 
 
 def unfollowed_optimizer_error(name):

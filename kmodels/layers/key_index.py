@@ -1,8 +1,10 @@
 """Maps arbitrary keys (int64 ids, strings) to dense rows of a table."""
 
 import collections
+import functools
 import heapq
 import itertools
+import threading
 
 import keras
 import numpy as np
@@ -27,6 +29,19 @@ _SERIAL, _TICK, _COUNT = 0, 1, 2
 _DEDUPLICATE_FROM = {"int64": 8192, "string": 65536}
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+
+
+def _locked(method):
+    """Runs `method` holding the index's lock: lookups, eviction, the reset
+    queue and saving see and leave a whole state, also when
+    `keras.utils.PyDataset` workers (threads) share the index."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._index_lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
@@ -71,6 +86,12 @@ class KeyIndex(keras.layers.Layer):
     waiting are kept for at most `max(1024, max_capacity)` keys (unbounded
     index: `max(1024, len(index))`), the least recently seen forgotten
     first.
+
+    Threads: `lookup`, `keys()`, eviction, `take_reset_rows()`, `freeze()`
+    and saving hold the index's lock, so an index can be shared by the
+    threads of a `keras.utils.PyDataset(workers=...)` or a server: each
+    call sees and leaves a whole state (one row per key, rows without
+    gaps). The key checks run before the lock.
 
     A growing `lookup` of an index with `eviction` or `min_count > 1` costs
     time in proportion to its batch, not to the index (amortised; `"lfu"`:
@@ -176,6 +197,8 @@ class KeyIndex(keras.layers.Layer):
         self.max_capacity = max_capacity
         self.eviction = eviction
         self.min_count = min_count
+        # Re-entrant: `save_own_variables` calls `keys()`.
+        object.__setattr__(self, "_index_lock", threading.RLock())
         self._set_rows({})
         self._clear_usage()
         self.built = True
@@ -237,6 +260,7 @@ class KeyIndex(keras.layers.Layer):
             return None
         return self.max_capacity - self.num_rows
 
+    @_locked
     def take_reset_rows(self):
         """Rows whose key changed (evicted, given to a new key) since the
         last call, as a sorted int64 NumPy array; clears that list.
@@ -259,10 +283,12 @@ class KeyIndex(keras.layers.Layer):
         self._resets.clear()
         return rows
 
+    @_locked
     def freeze(self):
         """Stops assigning rows: unknown keys map to `oov_row` (or raise)."""
         self.frozen = True
 
+    @_locked
     def unfreeze(self):
         self.frozen = False
 
@@ -385,27 +411,30 @@ class KeyIndex(keras.layers.Layer):
         index.lookup([[10**12, 7], [7, 3]])  # array([[1, 2], [2, 3]])
         ```
         """
-        if grow is None:
-            grow = not self.frozen
-        if grow and self.frozen:
-            raise ValueError(f"KeyIndex '{self.name}' is frozen.")
+        # Checking and grouping the keys reads no state: done before the
+        # lock, so that threads wait only for the index's own work.
         shape, flat = self._checked_keys(keys)
-        if grow and self._tracks_usage:
-            if self.key_dtype == "int64":
-                flat = flat.tolist()
-            return self._admit(flat).reshape(shape)
-        if len(flat) >= _DEDUPLICATE_FROM[self.key_dtype]:
+        grouped = None
+        admits = self._tracks_usage and grow is not False
+        if not admits and len(flat) >= _DEDUPLICATE_FROM[self.key_dtype]:
             if self.key_dtype == "string":
                 grouped = _distinct_strings(flat)
             else:
                 grouped = _distinct_ints(flat)
+        if grouped is None and self.key_dtype == "int64":
+            flat = flat.tolist()
+        with self._index_lock:
+            if grow is None:
+                grow = not self.frozen
+            if grow and self.frozen:
+                raise ValueError(f"KeyIndex '{self.name}' is frozen.")
+            if grow and self._tracks_usage:
+                return self._admit(flat).reshape(shape)
             if grouped is not None:
                 distinct, first, inverse = grouped
                 found = self._rows_of(distinct, first, grow, True)
                 return found[inverse].reshape(shape)
-        if self.key_dtype == "int64":
-            flat = flat.tolist()
-        found = self._rows_of(flat, np.arange(len(flat)), grow, False)
+            found = self._rows_of(flat, np.arange(len(flat)), grow, False)
         return found.reshape(shape)
 
     def _checked_keys(self, keys):
@@ -630,12 +659,14 @@ class KeyIndex(keras.layers.Layer):
             del buckets[count]
         return key
 
+    @_locked
     def keys(self):
         """Keys in row order."""
         if self.eviction is not None:
             return list(self._row_keys)
         return list(self._rows)
 
+    @_locked
     def lookup_layer(self):
         """A TensorFlow lookup layer giving every key the row `lookup` gives
         it now, frozen: unknown keys map to `oov_row`.
@@ -698,6 +729,7 @@ class KeyIndex(keras.layers.Layer):
         else:
             entries[names[0]] = np.array(keys, dtype=np.int64).reshape(-1)
 
+    @_locked
     def save_own_variables(self, store):
         keys = self.keys()
         entries = {}
@@ -724,6 +756,7 @@ class KeyIndex(keras.layers.Layer):
             store[name] = value
         store["checksum"] = entry_checksums(entries, self._entry_names())
 
+    @_locked
     def load_own_variables(self, store):
         where = f"KeyIndex '{self.name}'"
         entries = checked_entries(store, self._entry_names(), where)

@@ -1,5 +1,7 @@
 """JAX side of `kmodels.backend.contracts`."""
 
+import jax
+
 from kmodels.backend.common.batches import pull_batches
 
 _STATE_NAMES = {
@@ -18,6 +20,19 @@ _STATE_NAMES = {
 }
 
 
+def _put_back(model, names, state):
+    """fit/evaluate/predict took the state out of the variables (purged
+    them): puts it back, unchanged, so the model stays usable after a
+    refusal. A step that failed while running has given its (donated)
+    buffers away: nothing is left to put back then."""
+    leaves = jax.tree_util.tree_leaves(state)
+    if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
+        return
+    model._jax_state = dict(zip(names, state))
+    model._jax_state_synced = False
+    model.jax_state_sync()
+
+
 def wrap(model, kind, original, check, scope):
     names = _STATE_NAMES[kind]
 
@@ -25,15 +40,12 @@ def wrap(model, kind, original, check, scope):
         batches = pull_batches(iterator, model.steps_per_execution)
         try:
             check(batches, kind == "train")
+            with scope():
+                # An error raised while the step is traced (a layer's
+                # refusal) leaves the state untouched as well.
+                return original(state, iter(batches))
         except Exception:
-            # fit/evaluate/predict took the state out of the variables
-            # (purged them): put it back, unchanged, so the model stays
-            # usable after the refusal.
-            model._jax_state = dict(zip(names, state))
-            model._jax_state_synced = False
-            model.jax_state_sync()
+            _put_back(model, names, state)
             raise
-        with scope():
-            return original(state, iter(batches))
 
     return function

@@ -1,0 +1,466 @@
+"""Nothing lost when threads share kmodels objects.
+
+- `KeyIndex` under 8 plain threads and under `keras.utils.PyDataset`
+  workers (threads): every key keeps one row, rows have no gaps or
+  duplicates, a save/load round trip gives the same mapping (and, bounded,
+  evicts as the original), and a table fed by workers that look keys up
+  ahead of the step is never handed a row it cannot hold; its weights
+  equal a NumPy SGD oracle of the batches in training order.
+- Models: a call from another thread while an entry point (`fit`) runs is
+  refused with a `RuntimeError` before it reads or changes anything, on
+  every backend (JAX's trainer holds the variables outside the model
+  during `fit`); the running `fit` ends as a serial one does. The
+  "checked up front" state of an entry point is its own: a nested
+  `evaluate` or `predict` on other data is checked batch by batch.
+
+Python switches threads every 5 ms by default; the fixture `racy` makes it
+switch every microsecond, so that the races these tests guard against show
+in a short run (before the lock, the unbounded index gave duplicate rows in
+every run of `test_key_index_under_threads`).
+"""
+
+import sys
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels.callbacks import EmbeddingGrowth
+from kmodels.layers import GrowableEmbedding
+from kmodels.layers import KeyIndex
+from kmodels.layers import PositionalEmbedding
+
+THREADS = 8
+BATCHES = 2400  # over all threads
+KEYS_PER_BATCH = 48
+BASE = 10**12  # int64 keys well past int32
+
+
+@pytest.fixture
+def racy():
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(previous)
+
+
+def _in_threads(count, work):
+    """Runs `work(i)` for i < count in `count` threads; re-raises the first
+    error any of them raised."""
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except BaseException as error:  # noqa: BLE001 - re-raised below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _mapping(index):
+    """`{key: row}` of every key, read without growing."""
+    keys = index.keys()
+    return dict(zip(keys, index.lookup(keys, grow=False).tolist()))
+
+
+def _reloaded(index):
+    """A new index of the same config that loaded `index`'s saved state."""
+    store = {}
+    index.save_own_variables(store)
+    copy = KeyIndex.from_config(index.get_config())
+    copy.load_own_variables(store)
+    return copy
+
+
+def _assert_consistent(index):
+    """Distinct rows, one per key, in the range the index accounts for."""
+    mapping = _mapping(index)
+    rows = sorted(mapping.values())
+    assert len(mapping) == len(index)
+    assert len(set(rows)) == len(rows), "two keys share a row"
+    if index.max_capacity is None:
+        # Rows first_row .. num_rows - 1, each used once: no gap.
+        assert rows == list(range(index.first_row, index.num_rows))
+        assert index.num_rows == rows[-1] + 1
+    else:
+        assert index.first_row <= rows[0] and rows[-1] < index.max_capacity
+    copy = _reloaded(index)
+    assert copy.keys() == index.keys()
+    assert _mapping(copy) == mapping
+    return mapping, copy
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"max_capacity": 700, "eviction": "lru"},
+        {"max_capacity": 700, "eviction": "lfu"},
+    ],
+    ids=["unbounded", "lru", "lfu"],
+)
+def test_key_index_under_threads(racy, config):
+    index = KeyIndex(**config)
+    rng = np.random.default_rng(0)
+    # 2,000 distinct keys, drawn with a skew: some come back often.
+    pool = BASE + rng.permutation(2000)
+    batches = [
+        pool[np.minimum(rng.zipf(1.3, KEYS_PER_BATCH), 2000) - 1]
+        for _ in range(BATCHES)
+    ]
+    seen = [[] for _ in range(THREADS)]
+    resets = []
+
+    def work(i):
+        for batch in batches[i::THREADS]:
+            rows = index.lookup(batch)
+            seen[i].append((batch, rows))
+            if i == 0:
+                # The table's side, taking reset rows meanwhile.
+                resets.append(index.take_reset_rows())
+
+    _in_threads(THREADS, work)
+    mapping, copy = _assert_consistent(index)
+    if not config:
+        # Unbounded: every lookup of a key, in any thread, gave its row.
+        for batch, rows in (pair for part in seen for pair in part):
+            assert [mapping[k] for k in batch.tolist()] == rows.tolist()
+        assert len(index) == len(np.unique(np.concatenate(batches)))
+        return
+    assert len(index) == 699 and index.evictions > 1000
+    taken = np.concatenate(resets + [index.take_reset_rows()])
+    assert taken.size and taken.min() >= 1 and taken.max() < 700
+    # The copy holds the same recency and counts: it evicts as the original.
+    stream = [BASE + rng.integers(0, 4000, KEYS_PER_BATCH) for _ in range(50)]
+    for batch in stream:
+        np.testing.assert_array_equal(copy.lookup(batch), index.lookup(batch))
+    assert copy.evictions == index.evictions
+    assert copy.keys() == index.keys()
+
+
+# ---------------------------------------------- PyDataset workers in fit
+DIM = 4
+LEARNING_RATE = 0.5
+STEPS = 48
+HOT, COLD = 6, 2  # keys per batch: always the same ones, and new ones
+SEED = 3
+INIT = keras.initializers.RandomUniform(-1.0, 1.0)
+
+
+class _Begun(keras.callbacks.Callback):
+    """Counts the train batches begun (training thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.begun = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.begun += 1
+
+
+class _Keys(keras.utils.PyDataset):
+    """Batch `i`: its keys looked up in `index` by the worker threads, the
+    rows kept (by batch, in training order) with how many train batches had
+    begun when the lookup ran."""
+
+    def __init__(self, index, batches, begun, **kwargs):
+        super().__init__(**kwargs)
+        self.index, self.batches, self.begun = index, batches, begun
+        self.fed = [None] * len(batches)
+        self.ahead = [0] * len(batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, i):
+        keys, target = self.batches[i]
+        rows = self.index.lookup(keys)
+        self.fed[i] = rows
+        # Batches begun before this one's lookup: it ran `i - begun` ahead.
+        self.ahead[i] = i - (self.begun.begun - 1)
+        return rows.reshape(-1, 1).astype("int32"), target
+
+
+def _stream(pool):
+    rng = np.random.default_rng(SEED)
+    hot = BASE + np.arange(HOT)
+    batches = []
+    for _ in range(STEPS):
+        cold = BASE + 100 + rng.choice(pool, COLD, replace=False)
+        keys = np.concatenate([hot, cold])
+        target = rng.normal(size=(HOT + COLD, 1)).astype("float32")
+        batches.append((keys, target))
+    return batches
+
+
+def _fit_with_workers(index, batches):
+    keras.utils.set_random_seed(0)
+    table = GrowableEmbedding(
+        DIM,
+        initial_capacity=8,
+        embeddings_initializer=INIT,
+        seed=SEED,
+        optimizer=("sgd", {"learning_rate": LEARNING_RATE}),
+        key_index=index,
+        name="users",
+    )
+    ids = keras.Input(shape=(1,), dtype="int32")
+    model = keras.Model(ids, keras.ops.sum(table(ids), axis=-1))
+    model.compile(optimizer="sgd", loss="mse")
+    # Keras' first `fit` after `compile` reads one batch to build the loss
+    # (JAX and torch), then restarts the PyDataset while its workers'
+    # queue still holds the batches they prefetched: the epoch trains
+    # those again and never reaches its last ones (Keras 3.15, pinned in
+    # backend_differences_test.py). Built here, on row 0, it reads none.
+    model.evaluate(np.zeros((1, 1), "int32"), np.zeros((1, 1)), verbose=0)
+    begun = _Begun()
+    data = _Keys(index, batches, begun, workers=4, max_queue_size=6)
+    growth = EmbeddingGrowth()
+    model.fit(
+        data, epochs=1, shuffle=False, verbose=0, callbacks=[begun, growth]
+    )
+    return table, data, growth
+
+
+def _sgd_oracle(initial, fed, targets, resets):
+    """Plain SGD on each batch's rows, in training order (MSE of the sum of
+    a row's values: dLoss/drow = 2 (sum(row) - target) / batch on every
+    column), restarting the logged rows from `initial` before their
+    step."""
+    table = initial.copy()
+    for step, (rows, target) in enumerate(zip(fed, targets)):
+        for reset in resets.get(step, []):
+            table[reset] = initial[reset]
+        error = table[rows].sum(-1) - target[:, 0]
+        np.add.at(
+            table, rows, -LEARNING_RATE * 2.0 * error[:, None] / len(rows)
+        )
+    return table
+
+
+def _initial_rows(capacity):
+    layer = GrowableEmbedding(
+        DIM, initial_capacity=capacity, embeddings_initializer=INIT, seed=SEED
+    )
+    layer.build()
+    return keras.ops.convert_to_numpy(layer.embeddings.value).astype("float64")
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "lru"])
+def test_pydataset_workers_feed_a_growing_table_exactly(bounded):
+    """`PyDataset(workers=4)` looks keys up ahead of the step, in threads:
+    the table grows (and, bounded, restarts evicted rows) for every batch
+    before it trains on it; rows handed out ahead of the table's growth are
+    no error; the weights equal SGD over the batches in training order."""
+    # Bounded: 40 rows (row 0 reserved) for 6 hot keys and 2 new ones per
+    # batch: cold keys are evicted after about 16 batches without them,
+    # far more than the pipeline looks ahead.
+    index = KeyIndex(max_capacity=40, eviction="lru") if bounded else KeyIndex()
+    batches = _stream(pool=np.arange(400 if bounded else 90))
+    table, data, growth = _fit_with_workers(index, batches)
+    _assert_consistent(index)
+    # Every batch was looked up in a worker; some ahead of the step before
+    # theirs (at most the queue, 6, plus the 4 workers' batches).
+    assert all(rows is not None for rows in data.fed)
+    assert 1 <= max(data.ahead) <= 6 + 4
+    resets = {}
+    for entry in growth.reset_log:
+        resets.setdefault(entry["step"], []).append(entry["rows"])
+        # Only rows the table held at that step were restarted.
+        assert entry["rows"].max() < table.capacity
+    if bounded:
+        assert table.capacity == 40 and index.evictions > 40
+        assert growth.evicted_resets > 40
+    else:
+        assert resets == {} and table.capacity >= index.num_rows
+    expected = _sgd_oracle(
+        _initial_rows(table.capacity),
+        data.fed,
+        [target for _, target in batches],
+        resets,
+    )
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(table.embeddings.value),
+        expected,
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+# ------------------------------------------------ models and threads
+VOCAB, LENGTH = 10, 4
+
+
+def _positional_model():
+    keras.utils.set_random_seed(5)
+    ids = keras.Input((LENGTH,), dtype="int32")
+    embedded = PositionalEmbedding(
+        keras.layers.Embedding(VOCAB, 8), LENGTH, name="positions"
+    )(ids)
+    outputs = keras.layers.Dense(1)(keras.ops.mean(embedded, axis=1))
+    model = keras.Model(ids, outputs)
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+def _state(model):
+    return [
+        keras.ops.convert_to_numpy(v).copy()
+        for v in model.weights + model.optimizer.variables
+    ]
+
+
+GOOD = np.arange(8 * LENGTH).reshape(8, LENGTH) % VOCAB
+BAD = GOOD.copy()
+BAD[1, 2] = VOCAB
+TARGET = np.linspace(-1.0, 1.0, 8, dtype="float32").reshape(8, 1)
+
+
+class _Pause(keras.callbacks.Callback):
+    """Holds `fit` at its second batch until released."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 1:
+            self.inside.set()
+            assert self.release.wait(60)
+
+
+def _adopted_model():
+    """A plain functional model after its first call: kmodels checks (and
+    keeps one thread in) its entry points from then on. (The first call
+    itself ran before kmodels saw the model: docs/reliability.md.)"""
+    model = _positional_model()
+    model.fit(GOOD, TARGET, batch_size=8, shuffle=False, verbose=0)
+    return model
+
+
+def test_calls_from_another_thread_during_fit_are_refused():
+    serial = _adopted_model()
+    serial.fit(GOOD, TARGET, batch_size=2, epochs=2, shuffle=False, verbose=0)
+    model = _adopted_model()
+    layer = model.get_layer("positions")
+    pause = _Pause()
+    finished = []
+
+    def train():
+        model.fit(
+            GOOD,
+            TARGET,
+            batch_size=2,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            callbacks=[pause],
+        )
+        finished.append(True)
+
+    trainer = threading.Thread(target=train, name="trainer")
+    trainer.start()
+    try:
+        assert pause.inside.wait(60)
+        message = (
+            "Functional '{model}' is running `fit` in thread 'trainer'; {what} "
+            "from thread 'MainThread' is refused: an entry point (fit, "
+            "evaluate, predict, *_on_batch) holds the model's weights while "
+            "it runs (outside the model on JAX). Call it once that one "
+            "returns, from that thread (a callback), or on a copy of the "
+            "model per thread (keras.models.clone_model, then set_weights)."
+        )
+        calls = {
+            f"`predict` of Functional '{model.name}'": lambda x: model.predict(
+                x, verbose=0
+            ),
+            f"`evaluate` of Functional '{model.name}'": lambda x: (
+                model.evaluate(x, TARGET, verbose=0)
+            ),
+            f"`fit` of Functional '{model.name}'": lambda x: model.fit(
+                x, TARGET, verbose=0
+            ),
+            f"`predict_on_batch` of Functional '{model.name}'": (
+                model.predict_on_batch
+            ),
+            f"a call of PositionalEmbedding '{layer.name}'": layer,
+        }
+        for what, call in calls.items():
+            for data in (GOOD, BAD):
+                with pytest.raises(RuntimeError) as caught:
+                    call(data)
+                assert str(caught.value) == message.format(
+                    model=model.name, what=what
+                )
+        # An eager call of the model reaches its kmodels layer, whose
+        # refusal Keras' functional call re-raises with its own preamble.
+        with pytest.raises(RuntimeError) as caught:
+            model(GOOD)
+        assert message.format(
+            model=model.name,
+            what=f"a call of PositionalEmbedding '{layer.name}'",
+        ) in str(caught.value)
+    finally:
+        pause.release.set()
+        trainer.join()
+    assert finished == [True]
+    # Nothing the refused calls did reached the model: it trained as the
+    # serial run did, and it answers calls again.
+    for got, want in zip(_state(model), _state(serial)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        model.predict(GOOD, verbose=0),
+        serial.predict(GOOD, verbose=0),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+class _BadData(keras.utils.PyDataset):
+    """One batch holding an id past the vocabulary."""
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return BAD, TARGET
+
+
+def test_nested_entry_points_check_their_own_data():
+    """`fit` on arrays checks them up front and skips its steps' checks;
+    the `evaluate` it runs for validation on a `PyDataset`, and a
+    `predict` a callback runs in the same thread, check their batches."""
+    model = _adopted_model()
+    message = (
+        "PositionalEmbedding: inputs must lie in [0, 10) (vocabulary_size=10)"
+        "; got values [10] (min 0, max 10)"
+    )
+    with pytest.raises(ValueError) as caught:
+        model.fit(
+            GOOD, TARGET, batch_size=4, verbose=0, validation_data=_BadData()
+        )
+    assert str(caught.value) == message
+
+    class PredictBad(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.predict(_BadData(), verbose=0)
+
+    before = _state(model)
+    with pytest.raises(ValueError) as caught:
+        model.fit(
+            GOOD, TARGET, batch_size=4, verbose=0, callbacks=[PredictBad()]
+        )
+    assert str(caught.value) == message
+    # The epoch trained before the callback refused its own batch.
+    after = _state(model)
+    assert any(not np.array_equal(a, b) for a, b in zip(after, before))
+    assert all(np.isfinite(a).all() for a in after)
