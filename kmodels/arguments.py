@@ -12,6 +12,11 @@ checks its arguments at construction and names them as the user wrote them:
 Traceback (most recent call last):
 ...
 ValueError: Encoder: `units` must be an integer >= 1; got 2.5 (float).
+
+The checks of a call's arguments (`Translator.generate`, `translate`) pass
+`type_error=True`: an argument of the wrong type then raises an
+`ArgumentTypeError`, a `TypeError` that is also a `ValueError` (so code
+written against the constructor checks still catches it).
 """
 
 import math
@@ -20,11 +25,22 @@ import numbers
 import numpy as np
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type: a `TypeError`, and a `ValueError` as
+    every other refusal of this module's checks."""
+
+
+def _refuse(message, wrong_type, type_error):
+    if wrong_type and type_error:
+        raise ArgumentTypeError(message)
+    raise ValueError(message)
+
+
 def _describe(value):
     return f"{value!r} ({type(value).__name__})"
 
 
-def check_int(value, name, owner, minimum=1, maximum=None):
+def check_int(value, name, owner, minimum=1, maximum=None, *, type_error=False):
     """Returns `value` as a Python int, or raises a `ValueError`.
 
     Python and NumPy integers are accepted; bools, floats (even `8.0`),
@@ -37,10 +53,13 @@ def check_int(value, name, owner, minimum=1, maximum=None):
         owner: who takes it, e.g. `"Encoder"`.
         minimum: smallest allowed value, or `None`.
         maximum: largest allowed value, or `None`.
+        type_error: raise an `ArgumentTypeError` (a `TypeError` and a
+            `ValueError`) for a value that is not an integer.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
+    wrong_type = isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (numbers.Integral, np.integer)
-    ):
+    )
+    if wrong_type:
         ok = False
     else:
         value = int(value)
@@ -48,32 +67,47 @@ def check_int(value, name, owner, minimum=1, maximum=None):
             maximum is None or value <= maximum
         )
     if not ok:
-        raise ValueError(
+        _refuse(
             f"{owner}: `{name}` must be an integer{_bounds(minimum, maximum)}"
-            f"; got {_describe(value)}."
+            f"; got {_describe(value)}.",
+            wrong_type,
+            type_error,
         )
     return value
 
 
-def check_optional_int(value, name, owner, minimum=1, maximum=None):
+def check_optional_int(
+    value, name, owner, minimum=1, maximum=None, *, type_error=False
+):
     """`None`, or `check_int(value, ...)`."""
     if value is None:
         return None
-    return check_int(value, name, owner, minimum, maximum)
+    return check_int(
+        value, name, owner, minimum, maximum, type_error=type_error
+    )
 
 
 def check_float(
-    value, name, owner, minimum=None, maximum=None, exclusive_minimum=False
+    value,
+    name,
+    owner,
+    minimum=None,
+    maximum=None,
+    exclusive_minimum=False,
+    *,
+    type_error=False,
 ):
     """Returns `value` as a finite Python float, or raises a `ValueError`.
 
     Python and NumPy real numbers are accepted; bools, strings, NaN and
     infinities are refused, as are values below `minimum` (or equal to it
-    when `exclusive_minimum`) or above `maximum`.
+    when `exclusive_minimum`) or above `maximum`. With `type_error`, a value
+    that is not a real number raises an `ArgumentTypeError`.
     """
     ok = not isinstance(value, (bool, np.bool_)) and isinstance(
         value, (numbers.Real, np.floating, np.integer)
     )
+    wrong_type = not ok
     if ok:
         number = float(value)
         ok = math.isfinite(number)
@@ -90,22 +124,36 @@ def check_float(
             text = f"{low}{high}"
         else:
             text = f"{low}{high.replace(' and', '')}"
-        raise ValueError(
+        _refuse(
             f"{owner}: `{name}` must be a finite number{text}; got "
-            f"{_describe(value)}."
+            f"{_describe(value)}.",
+            wrong_type,
+            type_error,
         )
     return number
 
 
-def check_bool(value, name, owner):
+def check_bool(value, name, owner, *, type_error=False):
     """Returns `value` as a Python bool; only `True`/`False` (and NumPy
     bools) are accepted: `"False"` or `0` would silently mean the opposite
     or something else."""
     if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(
-            f"{owner}: `{name}` must be True or False; got {_describe(value)}."
+        _refuse(
+            f"{owner}: `{name}` must be True or False; got {_describe(value)}.",
+            True,
+            type_error,
         )
     return bool(value)
+
+
+def check_str(value, name, owner):
+    """Returns `value` when it is a `str`, else raises an
+    `ArgumentTypeError` (a `TypeError` and a `ValueError`)."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(
+            f"{owner}: `{name}` must be a str; got {_describe(value)}."
+        )
+    return value
 
 
 def check_choice(value, name, owner, choices):

@@ -24,6 +24,7 @@ from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.models import export_with_keys
+from kmodels.saving.atomic import SAVED_MODEL
 
 USERS = [f"user-{n}-ü" for n in range(10)] + ["", "日本"]
 ITEMS = [10**15 + n for n in range(6)] + [-(2**63), 2**63 - 1, 0, -7]
@@ -105,8 +106,8 @@ def _two_towers():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """The trained model, its frozen indexes, and what the TensorFlow-only
-    process returned on known then unknown keys."""
+    """The trained model, its frozen indexes, what the TensorFlow-only
+    process returned on known then unknown keys, and the export's path."""
     keras.utils.set_random_seed(0)
     model = _two_towers()
     users = model.get_layer("users").key_index
@@ -134,11 +135,11 @@ def exported(tmp_path_factory):
     user_keys = user_keys[:n]
     scale = np.linspace(0.5, 2.0, n).astype("float32").tolist()
     served = _serve(path, user_keys, item_keys, scale)
-    return model, keyed, (user_keys, item_keys, scale), served
+    return model, keyed, (user_keys, item_keys, scale), served, path
 
 
 def test_export_finds_the_attached_indexes(exported):
-    model, keyed, _, _ = exported
+    model, keyed, _, _, _ = exported
     assert keyed == {
         "user": model.get_layer("users").key_index,
         "item": model.get_layer("items").key_index,
@@ -146,7 +147,7 @@ def test_export_finds_the_attached_indexes(exported):
 
 
 def test_export_on_raw_keys_equals_the_python_pipeline(exported):
-    model, _, (user_keys, item_keys, scale), served = exported
+    model, _, (user_keys, item_keys, scale), served, _ = exported
     assert sorted(served) == ["output_0"]
     out = np.array(served["output_0"], np.float32)
     users = model.get_layer("users")
@@ -174,6 +175,26 @@ def test_export_on_raw_keys_equals_the_python_pipeline(exported):
     np.testing.assert_allclose(out[:, 0], oracle, rtol=0, atol=1e-5)
     # Trained: the tables grew past their initial 4 rows.
     assert users.capacity >= 13 and items.capacity >= 12
+
+
+def test_export_writes_only_what_a_new_export_replaces(exported):
+    # What TensorFlow writes is what `SAVED_MODEL` recognises as a previous
+    # export (replaced; anything else in the folder is refused, see
+    # reliability/export_folder_test.py), and no working folder is left.
+    path = exported[4]
+    assert sorted(os.listdir(path)) == [
+        "assets",
+        "fingerprint.pb",
+        "saved_model.pb",
+        "variables",
+    ]
+    assert os.listdir(os.path.join(path, "assets")) == []
+    assert sorted(os.listdir(os.path.join(path, "variables"))) == [
+        "variables.data-00000-of-00001",
+        "variables.index",
+    ]
+    assert SAVED_MODEL.foreign_entries(path) == []
+    assert os.listdir(os.path.dirname(path)) == ["two_towers"]
 
 
 def test_export_refuses_an_unknown_input_name(tmp_path):

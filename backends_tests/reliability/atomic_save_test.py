@@ -9,6 +9,7 @@ that every byte of the previous file or bundle is still there, with no
 working files left beside it.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import pytest
 
 from kmodels.layers import PatchEmbedding
 from kmodels.saving import save_model
+from kmodels.saving import write_atomically
 from kmodels.seq2seq import Autoencoder
 from kmodels.seq2seq import TextProcessor
 from kmodels.seq2seq import TextTranslator
@@ -292,15 +294,99 @@ def test_bundle_refuses_a_folder_with_other_files(tmp_path):
     (folder / "notes.txt").write_text("mine")
     message = (
         f"TextTranslator.save replaces the whole folder {str(folder)!r}, "
-        "which holds other files than a bundle's: ['notes.txt']. Save to a "
-        "new or empty folder."
+        "which holds other files than a TextTranslator bundle: "
+        "['notes.txt']. Move them out of the folder (replacing it would "
+        "delete them) or choose a new or empty folder; nothing was written."
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         bundle.save(str(folder))
     assert _digest(str(folder)) == {"notes.txt": _digest(folder / "notes.txt")}
     file = tmp_path / "file"
     file.write_text("x")
-    message = f"TextTranslator.save expects a folder path; {str(file)!r} is "
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}a file.$"):
+    message = (
+        f"TextTranslator.save expects a folder path; {str(file)!r} is a "
+        "file. Remove it or choose another path; nothing was written."
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         bundle.save(str(file))
     assert file.read_text() == "x"
+
+
+# Save errors name the user's path, never the hidden working folder
+# (`.kmodels-save-<name>.<random>`) the save writes in first (#26): each
+# reads as the error of a direct write to the user's path.
+def _os_error(code, path):
+    return f"[Errno {code}] {os.strerror(code)}: {path!r}"
+
+
+SAVERS = {
+    "Translator.save": (_translator, lambda model, path: model.save(path)),
+    "kmodels.saving.save_model": (_functional, save_model),
+}
+
+
+@pytest.mark.parametrize("saver", sorted(SAVERS))
+def test_save_errors_name_the_users_path(saver, tmp_path):
+    build, save = SAVERS[saver]
+    model = build()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder.keras").mkdir()
+    cases = [
+        # A missing parent folder, a parent that is a file: the working
+        # folder could not be made beside the file.
+        ("missing", "model.keras", FileNotFoundError, errno.ENOENT),
+        ("file", "model.keras", NotADirectoryError, errno.ENOTDIR),
+    ]
+    for parent, name, error, code in cases:
+        path = str(tmp_path / parent / name)
+        with pytest.raises(error) as raised:
+            save(model, path)
+        assert str(raised.value) == _os_error(code, path)
+        assert raised.value.filename == path
+    # A folder where the file goes: Keras' IsADirectoryError named the
+    # working folder's file.
+    path = str(tmp_path / "folder.keras")
+    message = (
+        f"The save writes a file at {path!r}, which is a folder. Remove the "
+        "folder or choose another path; nothing was changed."
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        save(model, path)
+    assert sorted(os.listdir(tmp_path)) == ["file", "folder.keras"]
+    assert os.listdir(tmp_path / "folder.keras") == []
+
+
+def test_errors_inside_the_working_folder_name_the_users_path(
+    tmp_path, monkeypatch
+):
+    # A full disk while the bundle's text.json is written: the error names
+    # bundle/text.json, as a direct write would.
+    bundle, path, before = _saved_bundle(tmp_path)
+
+    def full(obj, f, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f.name)
+
+    monkeypatch.setattr(translate_module.json, "dump", full)
+    with pytest.raises(OSError) as raised:
+        bundle.save(path)
+    monkeypatch.undo()
+    file = os.path.join(path, "text.json")
+    assert str(raised.value) == _os_error(errno.ENOSPC, file)
+    _check_unchanged(tmp_path, path, before)
+    # In a message and in its cause (a subprocess' error output, a
+    # wrapped OSError): every path inside the working folder is renamed.
+    target = str(tmp_path / "served")
+
+    def write(staged):
+        index = os.path.join(staged, "variables", "variables.index")
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), index)
+        except OSError as error:
+            raise RuntimeError(f"writing {staged} failed:\n{index}") from error
+
+    with pytest.raises(RuntimeError) as raised:
+        write_atomically(target, write)
+    index = os.path.join(target, "variables", "variables.index")
+    assert str(raised.value) == f"writing {target} failed:\n{index}"
+    assert str(raised.value.__cause__) == _os_error(errno.ENOSPC, index)
+    assert os.listdir(tmp_path) == ["bundle"]

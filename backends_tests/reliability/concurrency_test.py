@@ -12,6 +12,10 @@
   during `fit`); the running `fit` ends as a serial one does. The
   "checked up front" state of an entry point is its own: a nested
   `evaluate` or `predict` on other data is checked batch by batch.
+- Seeded `Translator.generate` called from two threads at once returns
+  exactly the serial result (the sampler's random state is an input of its
+  compiled loop); `generate` while `fit` runs in another thread is
+  refused as the entry points are.
 
 Python switches threads every 5 ms by default; the fixture `racy` makes it
 switch every microsecond, so that the races these tests guard against show
@@ -21,15 +25,20 @@ every run of `test_key_index_under_threads`).
 
 import sys
 import threading
+import time
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
+from kmodels.contracts.hook import running
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.layers import PositionalEmbedding
+from kmodels.seq2seq import Translator
+from kmodels.seq2seq import decoding
 
 THREADS = 8
 BATCHES = 2400  # over all threads
@@ -464,3 +473,120 @@ def test_nested_entry_points_check_their_own_data():
     after = _state(model)
     assert any(not np.array_equal(a, b) for a, b in zip(after, before))
     assert all(np.isfinite(a).all() for a in after)
+
+
+# ------------------------------------------------------ generate
+np_ = keras.ops.convert_to_numpy
+VOCAB_C, VOCAB_T, UNITS, MAX_LENGTH = 9, 12, 8, 5
+START, END = 1, 2
+CONTEXT = np.array([[3, 4, 5, 6, 7], [8, 3, 0, 0, 0], [6, 6, 4, 0, 0]], "int32")
+# Each thread makes at least `ROUNDS` calls, and more until `SECONDS` have
+# passed (a few on torch's eager loop, hundreds where the loop is compiled).
+ROUNDS, SECONDS = 4, 1.0
+
+
+@pytest.fixture(scope="module")
+def translator():
+    model = Translator(VOCAB_C, VOCAB_T, UNITS, start_id=START, end_id=END)
+    model.build((CONTEXT.shape, (3, 1)))
+    # Spread-out logits: draws differ from seed to seed.
+    rng = np.random.default_rng(5)
+    model.set_weights(
+        [
+            rng.uniform(-1.0, 1.0, tuple(w.shape)).astype("float32")
+            for w in model.weights
+        ]
+    )
+    return model
+
+
+def _generate(model, request):
+    ids, _, scores = model.generate(
+        CONTEXT, MAX_LENGTH, return_scores=True, **request
+    )
+    return np_(ids), np_(scores)
+
+
+def test_seeded_generate_gives_the_serial_result_under_threads(translator):
+    model = translator
+    # One instance shared by both threads: a seeded call restarts its
+    # stream. Every request runs the same compiled loop (top-k, k=5).
+    shared = keras_hub.samplers.TopKSampler(k=5)
+    requests = [
+        dict(sampler="top_k", k=5, seed=2),
+        dict(sampler="top_k", k=5, seed=3),
+        dict(sampler="top_k", k=5, temperature=0.5, seed=2),
+        dict(sampler=shared, seed=4),
+    ]
+    serial = [_generate(model, r) for r in requests]
+    assert decoding.loop_count(model) == 1
+    # The requests draw different sequences (else the test shows nothing).
+    for a, b in ((0, 1), (0, 2), (0, 3)):
+        assert not np.array_equal(serial[a][0], serial[b][0])
+    barrier = threading.Barrier(2)
+    calls, mismatches, errors = [0, 0], [], []
+
+    def worker(thread):
+        try:
+            barrier.wait()
+            deadline = time.monotonic() + SECONDS
+            i = 0
+            while i < ROUNDS or time.monotonic() < deadline:
+                # The threads go through the requests in opposite orders.
+                n = (i if thread else -1 - i) % len(requests)
+                ids, scores = _generate(model, requests[n])
+                if not np.array_equal(ids, serial[n][0]) or not np.allclose(
+                    scores, serial[n][1], rtol=1e-6, atol=1e-6
+                ):
+                    mismatches.append((thread, i, n))
+                i += 1
+            calls[thread] = i
+        except Exception as error:  # reported by the assertion below
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
+    # Frequent thread switches: the interleavings of a busy server.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert mismatches == [], f"{len(mismatches)} of {sum(calls)} calls"
+    assert min(calls) >= ROUNDS
+    # The serial result is still what a call on its own returns.
+    for request, (ids, _) in zip(requests, serial):
+        np.testing.assert_array_equal(_generate(model, request)[0], ids)
+
+
+def test_generate_while_an_entry_point_runs_elsewhere_is_refused(translator):
+    """`generate` reads the weights that `fit` holds (outside the model on
+    JAX): refused from another thread while one of the model's entry points
+    runs (held here by the same mark `fit` takes), fine once it ends."""
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with running(translator, "fit"):
+            inside.set()
+            assert release.wait(60)
+
+    holder = threading.Thread(target=hold, name="trainer")
+    holder.start()
+    try:
+        assert inside.wait(60)
+        with pytest.raises(RuntimeError) as caught:
+            translator.generate(CONTEXT, MAX_LENGTH)
+        assert str(caught.value).startswith(
+            f"Translator '{translator.name}' is running `fit` in thread "
+            f"'trainer'; `generate` of Translator '{translator.name}' from "
+            "thread 'MainThread' is refused:"
+        )
+    finally:
+        release.set()
+        holder.join()
+    ids, _ = _generate(translator, dict(sampler="greedy"))
+    assert ids.shape == (len(CONTEXT), MAX_LENGTH)

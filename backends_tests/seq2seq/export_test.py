@@ -24,6 +24,7 @@ import pytest
 from kmodels.contracts.checks import checked
 from kmodels.datasets.dates import DATE_TEXT
 from kmodels.datasets.dates import date_split
+from kmodels.saving.atomic import SAVED_MODEL
 from kmodels.seq2seq.losses import masked_loss
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.text_translator import TextTranslator
@@ -186,6 +187,26 @@ def test_export_truncates_and_maps_unknown_words_like_the_processor(
     assert got[-2] == got[-1]
 
 
+def test_export_writes_only_what_a_new_export_replaces(exported):
+    # What TensorFlow writes is what `SAVED_MODEL` recognises as a previous
+    # export (replaced; anything else in the folder is refused, see
+    # reliability/export_folder_test.py), and no working folder is left.
+    path = exported[1]
+    assert sorted(os.listdir(path)) == [
+        "assets",
+        "fingerprint.pb",
+        "saved_model.pb",
+        "variables",
+    ]
+    assert os.listdir(os.path.join(path, "assets")) == []
+    assert sorted(os.listdir(os.path.join(path, "variables"))) == [
+        "variables.data-00000-of-00001",
+        "variables.index",
+    ]
+    assert SAVED_MODEL.foreign_entries(path) == []
+    assert os.listdir(os.path.dirname(path)) == ["dates"]
+
+
 def test_export_refuses_bad_paths_and_unbuilt_models(exported, tmp_path):
     bundle = exported[0]
     (tmp_path / "file").write_text("x")
@@ -193,7 +214,7 @@ def test_export_refuses_bad_paths_and_unbuilt_models(exported, tmp_path):
         bundle.export(str(tmp_path / "file"))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")
-    with pytest.raises(ValueError, match="holds other files than a Saved"):
+    with pytest.raises(ValueError, match="is not a SavedModel"):
         bundle.export(str(tmp_path / "other"))
     with pytest.raises(ValueError, match="max_length"):
         bundle.export(str(tmp_path / "new"), max_length=0)

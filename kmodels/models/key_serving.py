@@ -13,6 +13,9 @@ from kmodels.backend.common.keyed_saved_model import export_keyed
 from kmodels.backend.common.keyed_saved_model import key_table
 from kmodels.backend.common.keyed_saved_model import model_inputs
 from kmodels.layers.key_index import KeyIndex
+from kmodels.saving.atomic import SAVED_MODEL
+from kmodels.saving.atomic import check_replaceable
+from kmodels.saving.atomic import write_atomically
 
 
 def export_with_keys(model, path, key_indexes=None):
@@ -33,11 +36,19 @@ def export_with_keys(model, path, key_indexes=None):
     Only TensorFlow writes SavedModels: the model is saved as a `.keras`
     file with the indexes' state and exported by a subprocess with
     `KERAS_BACKEND=tensorflow`, so a model trained with JAX or torch
-    exports the same way (TensorFlow must be installed).
+    exports the same way (TensorFlow must be installed). The SavedModel
+    is written beside `path` and swapped in, all or nothing.
+
+    As `TextTranslator.export`, it never deletes what it did not write:
+    `path` may be new, empty, or a previous export holding only what an
+    export writes (`saved_model.pb`, `fingerprint.pb`, `variables/`, an
+    empty `assets/`); any other entry in it is refused, named in the
+    error (see `docs/export.md`).
 
     Args:
         model: a functional `keras.Model`.
-        path: str, the SavedModel folder to write.
+        path: str or path-like, the SavedModel folder: new, empty, or a
+            previous export (replaced).
         key_indexes: optional dict `{input name: KeyIndex}`. By default
             each model input fed straight into a layer with an attached
             `key_index` (a `GrowableEmbedding(..., key_index=...)`) is
@@ -47,10 +58,12 @@ def export_with_keys(model, path, key_indexes=None):
         The dict `{input name: KeyIndex}` of the keyed inputs.
 
     Raises:
-        ValueError: no keyed input, an unknown input name, or an index
-            without `oov_row`.
+        ValueError: no keyed input, an unknown input name, an index
+            without `oov_row`, or `path` is a file or a folder holding
+            other entries than a SavedModel export. Nothing is written.
         RuntimeError: the export subprocess failed (its error output
-            ends the message).
+            ends the message, naming `path`, never the hidden working
+            folder).
 
     Example:
 
@@ -92,6 +105,8 @@ def export_with_keys(model, path, key_indexes=None):
             )
         if index.oov_row is None:
             key_table(index)  # Raises the ValueError that explains it.
+    path = os.fspath(path)
+    check_replaceable(path, SAVED_MODEL, "export_with_keys")
     with tempfile.TemporaryDirectory() as folder:
         model.save(os.path.join(folder, MODEL_FILE))
         keyed = {}
@@ -106,7 +121,13 @@ def export_with_keys(model, path, key_indexes=None):
             }
         with open(os.path.join(folder, KEYS_FILE), "w") as f:
             json.dump({"keyed": keyed}, f)
-        export_keyed(folder, os.fspath(path))
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_atomically(
+            path,
+            lambda staged: export_keyed(folder, staged),
+            SAVED_MODEL,
+            "export_with_keys",
+        )
     return dict(key_indexes)
 
 

@@ -9,9 +9,21 @@ sampler does not return (the final cache: attention weights and scores).
 The prompt is `[start_id]` followed by `max_length` free positions; the
 sampler writes one id per step. The step function encodes the
 `Translator.generate` contract in the logits it returns: the padding id 0
-is never generated (logit -1e9), and a row that has produced `end_id` can
-only produce 0 afterwards (with probability 1, so a beam's log-probability
-stops changing once it has ended).
+is never generated (logit `-inf`, set after the logits are divided by the
+temperature, so that no temperature makes it possible), and a row that has
+produced `end_id` can only produce 0 afterwards (with probability 1, so a
+beam's log-probability stops changing once it has ended). The temperature
+is applied there too, to the logits less their maximum (the most likely
+ids stay at 0 whatever the temperature: no overflow at a tiny one), and the
+sampler itself runs at temperature 1.
+
+Each call is independent of every other: the sampler's random stream (its
+`SeedGenerator` state) goes into the loop as an input and comes out as an
+output, threaded through the loop under a `keras.StatelessScope`, and the
+sampler object a call runs is its own shallow copy. Concurrent seeded calls
+give the serial result; the compiled loop (`compile_loop`) is shared, and
+cached per model by the sampler's configuration (`Plan.key`), at most
+`MAX_LOOPS` of them.
 
 On torch, where the samplers' loops run eagerly, greedy decoding and beam
 search at temperature 1 (`"greedy"`, `"beam"` or a plain `GreedySampler`
@@ -20,23 +32,37 @@ or `BeamSampler` instance) run natively instead
 layers' variables.
 """
 
+import copy
+import math
+import numbers
 import random
 
+import keras
 import keras_hub
+import numpy as np
 from keras import ops
 
+from kmodels.arguments import ArgumentTypeError
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_float
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.backend import decoding as native_decoding
+from kmodels.backend.compiled import compile_inference_loop
 from kmodels.seq2seq.masking import padding_mask
 
-# Logit of the ids a step may not produce: `softmax` gives them exactly 0.
-NEG_INF = -1e9
+# Compiled generation loops kept per `Translator` (as the eager calls of
+# `kmodels.seq2seq.eager_cache`); the least recently used is dropped first.
+MAX_LOOPS = 32
+# Logit of the ids a step may not produce: probability exactly 0, at every
+# temperature.
+NEG_INF = float("-inf")
 # A beam whose search log-probability is below this descends from one of
 # the placeholder beams keras-hub starts with (log-probability -1e9).
 _PLACEHOLDER_LOG_PROB = -1e8
+# The largest float32: a larger (finite) temperature is taken as this one.
+_MAX_TEMPERATURE = float(np.finfo("float32").max)
+_LARGEST_SEED = 2**31 - 1
 
 # Sampler name: (keras-hub class, its keyword arguments, samples randomly).
 SAMPLERS = {
@@ -55,54 +81,138 @@ _DEFAULTS = {
     "top_p": {"p": 0.1, "k": None},
     "beam": {"num_beams": 4, "return_all_beams": False},
 }
+# The samplers that take a `seed` (their `SeedGenerator`'s).
+_SEEDED = (
+    keras_hub.samplers.RandomSampler,
+    keras_hub.samplers.TopKSampler,
+    keras_hub.samplers.TopPSampler,
+)
+# Configuration entries that are inputs of the compiled loop, not part of
+# its key: the temperature (a tensor) and the seed (the stream's state).
+_INPUTS = ("temperature", "seed")
+
+
+def check_max_length(max_length, owner):
+    """Returns `max_length` as an int >= 1; an `ArgumentTypeError` (a
+    `TypeError`) for anything but an integer (`2.7`, `"3"`, `True`, `None`,
+    NaN), a `ValueError` below 1."""
+    return check_int(max_length, "max_length", owner, 1, type_error=True)
+
+
+def check_seed(seed, owner):
+    """Returns `seed` as an int in `[0, 2**31)`, or `None`."""
+    return check_optional_int(
+        seed, "seed", owner, 0, _LARGEST_SEED, type_error=True
+    )
+
+
+def check_temperature(temperature, owner):
+    """Returns `temperature` as a finite float >= 0, or `None`; an
+    `ArgumentTypeError` (a `TypeError`) for anything but a real number
+    (`"0.5"`, `True`), a `ValueError` for a negative or non-finite one."""
+    if temperature is None:
+        return None
+    described = f"{temperature!r} ({type(temperature).__name__})"
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(
+        temperature, (numbers.Real, np.floating, np.integer)
+    ):
+        raise ArgumentTypeError(
+            f"{owner}: temperature must be >= 0 and finite, or None; got "
+            f"{described}."
+        )
+    value = float(temperature)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(
+            f"{owner}: temperature must be >= 0 and finite, or None; got "
+            f"{described}."
+        )
+    return value
 
 
 class Plan:
-    """A checked decoding request: which sampler to build (or the caller's
-    instance), how many beams, and the key of its compiled loop.
+    """A checked decoding request: the sampler configuration of its
+    compiled loop and the inputs of one call.
 
     Attributes:
-        key: hashable; equal keys share a compiled loop (a caller's
-            instance is keyed by its identity).
+        key: hashable; equal keys share a compiled loop. The sampler's
+            class and configuration without its temperature and seed
+            (inputs of the loop), so a name and an equal instance, or two
+            equal instances, share one.
+        build: makes the loop's own sampler (temperature 1; beam search
+            with `return_all_beams`).
         num_beams: int, 1 unless beam search.
         return_all_beams: bool.
-        temperature: float for a named sampling sampler (given to the
-            compiled loop as a tensor: no retrace per temperature), else
-            `None` (the sampler's own).
-        seed: the seed to start from, or `None` to keep the instance's own
-            state.
+        temperature: float > 0, what the logits are divided by (an input
+            of the compiled loop: no retrace per temperature).
+        unit_temperature: bool, beam search at temperature 1, whose search
+            log-probabilities are the scores (part of the key).
+        scaled: bool, the logits are divided by the temperature (not for
+            greedy decoding, nor beam search at temperature 1).
+        seed: the seed the sampler's stream starts from, or `None`.
+        stream: the caller's sampler instance, whose stream the call
+            continues (without `seed`) and advances; `None` for a name.
     """
 
-    def __init__(
-        self, key, build, num_beams, return_all_beams, temperature, seed
-    ):
-        self.key = key
-        self.build = build
-        self.num_beams = num_beams
-        self.return_all_beams = return_all_beams
+    def __init__(self, cls, config, temperature, seed, stream):
+        config = {k: v for k, v in config.items() if k not in _INPUTS}
+        beam = issubclass(cls, keras_hub.samplers.BeamSampler)
+        self.num_beams = config["num_beams"] if beam else 1
+        self.return_all_beams = config["return_all_beams"] if beam else False
         self.temperature = temperature
+        self.unit_temperature = beam and temperature == 1.0
+        # Greedy decoding takes the argmax, the same at any temperature.
+        self.scaled = not (
+            self.unit_temperature
+            or issubclass(cls, keras_hub.samplers.GreedySampler)
+        )
+        self.key = (cls, _freeze(config), self.unit_temperature)
         self.seed = seed
+        self.stream = stream
+        built = dict(config, temperature=1.0)
+        if issubclass(cls, _SEEDED):
+            # Its stream is an input of the loop; a fixed seed keeps a new
+            # loop from drawing one from Python's `random` (the caller's).
+            built["seed"] = 0
+        if beam:
+            # All beams and their log-probabilities are read from the loop.
+            built["return_all_beams"] = True
+        self.build = lambda: cls.from_config(built)
+
+
+def _freeze(value):
+    """A hashable form of a sampler configuration."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return (type(value).__name__, value)
 
 
 def plan(sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner):
     """Checks the sampler arguments of `Translator.generate` and returns a
-    `Plan`; raises a `ValueError` naming the argument otherwise.
+    `Plan`; raises a `ValueError` naming the argument otherwise (an
+    `ArgumentTypeError`, also a `TypeError`, for a wrong type).
 
     `sampler=None` keeps the behaviour of the temperature-only API: greedy
     at `temperature` 0 (or `None`), random sampling at a temperature > 0.
+    A sampler instance is checked as its name is (`k`, `p`, `num_beams`,
+    `return_all_beams`), and its temperature must be finite and > 0.
     """
-    if seed is not None:
-        seed = check_int(seed, "seed", owner, 0, 2**31 - 1)
-    if temperature is not None:
-        temperature = float(temperature)
-        if not temperature >= 0.0:
-            raise ValueError(f"temperature must be >= 0; got {temperature}")
+    seed = check_seed(seed, owner)
+    temperature = check_temperature(temperature, owner)
     if sampler is None:
         sampler = "random" if temperature else "greedy"
     if isinstance(sampler, keras_hub.samplers.Sampler):
-        return _instance_plan(sampler, temperature, seed, sampler_kwargs, owner)
+        return _instance_plan(
+            sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner
+        )
     if not isinstance(sampler, str) or sampler not in SAMPLERS:
-        raise ValueError(
+        error = ValueError if isinstance(sampler, str) else ArgumentTypeError
+        raise error(
             f"{owner}: `sampler` must be one of {tuple(SAMPLERS)} or a "
             "keras_hub.samplers.Sampler; got "
             f"{sampler!r} ({type(sampler).__name__})."
@@ -117,7 +227,9 @@ def plan(sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner):
             "(`temperature` and `seed` are arguments of generate itself.)"
         )
     kwargs = dict(_DEFAULTS.get(sampler, {}), **sampler_kwargs)
-    kwargs = _check_kwargs(sampler, kwargs, vocabulary_size, owner)
+    kwargs = _check_config(
+        cls, kwargs, vocabulary_size, f"{owner} (sampler={sampler!r})"
+    )
     if random_:
         if temperature is None:
             temperature = 1.0
@@ -127,7 +239,10 @@ def plan(sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner):
                 "(1.0 leaves the logits unscaled); got 0.0. For argmax "
                 "decoding use sampler='greedy'."
             )
-        build_kwargs = dict(kwargs)
+        if seed is None:
+            # Each call draws afresh (from Python's `random`, which
+            # `keras.utils.set_random_seed` seeds).
+            seed = random.randint(0, _LARGEST_SEED)
     else:
         if temperature:
             raise ValueError(
@@ -135,48 +250,50 @@ def plan(sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner):
                 f"temperature; got {temperature}. Sampling at a "
                 "temperature: sampler='random', 'top_k' or 'top_p'."
             )
-        build_kwargs = dict(kwargs)
-        seed = temperature = None
-    num_beams = kwargs.get("num_beams", 1)
-    return_all = kwargs.get("return_all_beams", False)
-    if sampler == "beam":
-        # All beams and their log-probabilities are read from the loop.
-        build_kwargs["return_all_beams"] = True
-    key = (sampler,) + tuple(sorted(kwargs.items()))
-    if random_ and seed is None:
-        # Each call draws afresh (from Python's `random`, which
-        # `keras.utils.set_random_seed` seeds).
-        seed = random.randint(0, 2**31 - 1)
-    return Plan(
-        key,
-        lambda: cls(**build_kwargs),
-        num_beams,
-        return_all,
-        temperature,
-        seed,
-    )
+        seed, temperature = None, 1.0
+    return Plan(cls, kwargs, temperature, seed, None)
 
 
-def _check_kwargs(name, kwargs, vocabulary_size, owner):
-    where = f"{owner} (sampler={name!r})"
+def _check_config(cls, config, vocabulary_size, where):
+    """Checks the arguments of a sampler of class `cls` (a name's keyword
+    arguments or an instance's configuration) and returns them."""
+    samplers = keras_hub.samplers
     # The padding id is never a candidate: vocabulary_size - 1 ids remain.
     ids = vocabulary_size - 1
-    if name == "top_k":
-        kwargs["k"] = check_int(kwargs["k"], "k", where, 1, ids)
-    elif name == "top_p":
-        kwargs["p"] = check_float(
-            kwargs["p"], "p", where, 0.0, 1.0, exclusive_minimum=True
+    config = dict(config)
+    if issubclass(cls, samplers.TopPSampler):
+        config["p"] = check_float(
+            config["p"],
+            "p",
+            where,
+            0.0,
+            1.0,
+            exclusive_minimum=True,
+            type_error=True,
         )
-        kwargs["k"] = check_optional_int(kwargs["k"], "k", where, 1, ids)
-    elif name == "beam":
-        kwargs["num_beams"] = check_int(kwargs["num_beams"], "num_beams", where)
-        kwargs["return_all_beams"] = check_bool(
-            kwargs["return_all_beams"], "return_all_beams", where
+        config["k"] = check_optional_int(
+            config["k"], "k", where, 1, ids, type_error=True
         )
-    return kwargs
+    elif issubclass(cls, samplers.TopKSampler):
+        config["k"] = check_int(
+            config["k"], "k", where, 1, ids, type_error=True
+        )
+    elif issubclass(cls, samplers.BeamSampler):
+        config["num_beams"] = check_int(
+            config["num_beams"], "num_beams", where, type_error=True
+        )
+        config["return_all_beams"] = check_bool(
+            config["return_all_beams"],
+            "return_all_beams",
+            where,
+            type_error=True,
+        )
+    return config
 
 
-def _instance_plan(sampler, temperature, seed, sampler_kwargs, owner):
+def _instance_plan(
+    sampler, temperature, seed, sampler_kwargs, vocabulary, owner
+):
     if sampler_kwargs:
         raise ValueError(
             f"{owner}: sampler arguments {sorted(sampler_kwargs)} go to the "
@@ -199,76 +316,176 @@ def _instance_plan(sampler, temperature, seed, sampler_kwargs, owner):
             "a causal language model and is not supported; use a name or "
             "a Greedy, Random, TopK, TopP or Beam sampler."
         )
-    beam = isinstance(sampler, keras_hub.samplers.BeamSampler)
-    num_beams = check_int(sampler.num_beams, "num_beams", owner) if beam else 1
-    return_all = bool(sampler.return_all_beams) if beam else False
-
-    def build():
-        if beam and not sampler.return_all_beams:
-            # All beams and their log-probabilities are read from the
-            # loop; the instance itself is left as it was.
-            return type(sampler).from_config(
-                dict(sampler.get_config(), return_all_beams=True)
-            )
-        return sampler
-
-    return Plan(
-        ("instance", id(sampler), sampler),
-        build,
-        num_beams,
-        return_all,
-        None,
-        seed if sampler.variables else None,
+    cls = type(sampler)
+    where = f"{owner} (sampler={cls.__name__})"
+    config = sampler.get_config()
+    temperature = check_float(
+        config.get("temperature", sampler.temperature),
+        "temperature",
+        where,
+        0.0,
+        exclusive_minimum=True,
+        type_error=True,
     )
+    config = _check_config(cls, config, vocabulary, where)
+    stream = sampler if sampler.variables else None
+    if stream is None:
+        seed = None
+    return Plan(cls, config, temperature, seed, stream)
 
 
-def reset_seed(sampler, seed):
-    """Starts `sampler`'s random streams from `seed` (as
-    `keras.random.SeedGenerator(seed)` would)."""
-    for state in sampler.variables:
-        state.assign(ops.convert_to_tensor([seed, 0], dtype=state.dtype))
+def loop_count(model):
+    """How many compiled generation loops `model` (a `Translator`) holds:
+    one per sampler configuration and `max_length` used, at most
+    `MAX_LOOPS` (the least recently used is dropped first)."""
+    return len(model._generators)
 
 
-class _LoopCapture:
-    """Keeps the final loop variables of a sampler's `run_loop`.
+def compile_loop(model, request, max_length):
+    """The compiled generation loop of `model` (a `Translator`) for
+    `request`'s sampler configuration and `max_length`: `(sampler, run)`,
+    where `run(tokens, temperature, states)` returns `((ids, attention,
+    scores), states)` (`decode`), compiled once for the backend
+    (`kmodels.backend.compiled.compile_inference_loop`) and safe to call
+    from several threads at once."""
+    sampler = request.build()
 
-    Samplers return only the ids; the attention weights and the scores
-    live in the cache, which is among the loop variables. The capture
-    wraps the instance's `run_loop` for the duration of one call (a trace
-    on TensorFlow and JAX) and restores it."""
+    def run(tokens, temperature, states):
+        return decode(
+            model,
+            sampler,
+            tokens,
+            max_length,
+            request.num_beams,
+            request.return_all_beams,
+            temperature if request.scaled else None,
+            states,
+            request.unit_temperature,
+        )
 
-    def __init__(self, sampler):
-        self.sampler = sampler
+    return sampler, compile_inference_loop(run, model.variables)
+
+
+def call_loop(loop, request, tokens):
+    """Runs a `compile_loop` result for one call of `request` and returns
+    `(ids, attention, scores)`. The sampler's stream starts at `[seed, 0]`
+    (as `keras.random.SeedGenerator(seed)`) or, without a seed, from the
+    caller's instance, whose stream is then advanced."""
+    sampler, run = loop
+    variables = sampler.variables
+    if request.seed is not None:
+        states = [
+            ops.convert_to_tensor([request.seed, 0], dtype=v.dtype)
+            for v in variables
+        ]
+    elif request.stream is not None:
+        states = [ops.copy(v) for v in request.stream.variables]
+    else:
+        states = [ops.copy(v) for v in variables]
+    outputs, states = run(
+        ops.convert_to_tensor(tokens, "int32"),
+        ops.convert_to_tensor(
+            min(request.temperature, _MAX_TEMPERATURE), "float32"
+        ),
+        states,
+    )
+    if request.stream is not None:
+        for variable, value in zip(request.stream.variables, states):
+            variable.assign(value)
+    return outputs
+
+
+class _Loop:
+    """The `run_loop` of one call's sampler: keras-hub's loop with the
+    sampler's random state as loop variables (as keras-hub does on JAX),
+    the state read from `states` and written to `self.states` instead of
+    the sampler's variables, so that calls share nothing. The final loop
+    variables are kept in `self.loop_vars` (samplers return only the ids;
+    the attention weights and the scores live in the cache)."""
+
+    def __init__(self, sampler, states, reads):
+        self.variables = sampler.variables
+        self.states = list(states)
+        # Model variables the step reads through Keras layers, with their
+        # values (on JAX, the compiled function's inputs).
+        self.reads = reads
         self.loop_vars = None
 
-    def __enter__(self):
-        sampler = self.sampler
-        self.saved = sampler.__dict__.get("run_loop")
-        original = sampler.run_loop
-
-        def run_loop(*args, **kwargs):
-            self.loop_vars = original(*args, **kwargs)
+    def __call__(
+        self, cond, body, model=None, loop_vars=None, maximum_iterations=None
+    ):
+        if not self.variables:
+            self.loop_vars = tuple(
+                ops.while_loop(
+                    cond,
+                    body,
+                    loop_vars,
+                    maximum_iterations=maximum_iterations,
+                )
+            )
             return self.loop_vars
+        variables = self.variables
 
-        sampler.run_loop = run_loop
-        return self
+        def stateful_cond(states, *loop_vars):
+            return cond(*loop_vars)
 
-    def __exit__(self, *args):
-        if self.saved is None:
-            del self.sampler.run_loop
-        else:
-            self.sampler.run_loop = self.saved
+        def stateful_body(states, *loop_vars):
+            mapping = list(zip(variables, states)) + self.reads
+            with keras.StatelessScope(
+                state_mapping=mapping, initialize_variables=False
+            ) as scope:
+                loop_vars = body(*loop_vars)
+            states = [scope.get_current_value(v) for v in variables]
+            return (states, *loop_vars)
+
+        states, *loop_vars = ops.while_loop(
+            stateful_cond,
+            stateful_body,
+            (self.states, *loop_vars),
+            maximum_iterations=maximum_iterations,
+        )
+        self.states = list(states)
+        self.loop_vars = tuple(loop_vars)
+        return self.loop_vars
 
 
-def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
-    """Runs `sampler` over `model` (a `Translator`) and returns `(ids,
-    attention, scores)`; traceable (pure `keras.ops`).
+def decode(
+    model,
+    sampler,
+    tokens,
+    max_length,
+    num_beams,
+    return_all_beams,
+    temperature,
+    states,
+    unit_temperature,
+):
+    """Runs `sampler` over `model` (a `Translator`) and returns `((ids,
+    attention, scores), states)`; traceable (pure `keras.ops`).
 
     Shapes: `(batch, max_length)`, `(batch, max_length, s)` and
     `(batch,)`, or with all beams `(batch, num_beams, ...)`, sorted by
     score, best first. Scores are float32 log-probabilities under
     `softmax` of the raw logits with the padding id excluded, summed over
     the generated ids up to and including `end_id`.
+
+    Args:
+        model: a built `Translator`.
+        sampler: a keras-hub sampler at temperature 1 (beam search with
+            `return_all_beams=True`); not modified (each call runs a
+            shallow copy of it).
+        tokens: int32 `(batch, s)`.
+        max_length: int, the generated positions.
+        num_beams: int.
+        return_all_beams: bool.
+        temperature: float32 scalar > 0 (a tensor), what the logits are
+            divided by, or `None` to leave them as they are (greedy
+            decoding, beam search at temperature 1).
+        states: the sampler's random states (one int tensor `(2,)` per
+            `sampler.variables`), where its stream starts; the final ones
+            are returned.
+        unit_temperature: bool, `temperature` is 1 (beam search then uses
+            its own log-probabilities as the scores).
     """
     vocabulary = model.target_vocabulary_size
     end_id = model.end_id
@@ -278,9 +495,7 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     # Beam search at temperature 1 sums the same log-probabilities as the
     # score (`log(softmax)` of the step's logits): its own sum is the score.
     search_scores = (
-        isinstance(sampler, keras_hub.samplers.BeamSampler)
-        and isinstance(sampler.temperature, (int, float))
-        and sampler.temperature == 1.0
+        isinstance(sampler, keras_hub.samplers.BeamSampler) and unit_temperature
     )
     if search_scores and type(sampler) is keras_hub.samplers.BeamSampler:
         # torch runs keras-hub's beam loop eagerly, where its bookkeeping
@@ -298,7 +513,7 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
             return_all_beams,
         )
         if native is not None:
-            return native
+            return native, states
     if num_beams > 1:
         # The beams of a row stay in that row (keras-hub gathers them
         # within it), so the context is repeated once, outside the loop.
@@ -317,7 +532,7 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
             max_length,
         )
         if native is not None:
-            return native
+            return native, states
     # torch: the decoder's step in torch operations (None elsewhere).
     native_step = native_decoding.decoder_step(
         model.decoder, context, context_mask
@@ -325,6 +540,15 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     is_pad = ops.arange(vocabulary, dtype="int32") == 0
     # A row that has ended may only produce the padding id.
     ended_logits = ops.cast(ops.where(is_pad, 0.0, NEG_INF), "float32")[None]
+
+    def scale(logits):
+        # Divided by the temperature less their maximum: the most likely
+        # ids stay at 0 (a tiny temperature, even one float32 flushes to
+        # 0, gives -inf elsewhere, never inf or NaN), and the padding id is
+        # masked again afterwards (-inf / inf is NaN).
+        top = ops.max(logits, axis=-1, keepdims=True)
+        scaled = ops.where(logits == top, 0.0, (logits - top) / temperature)
+        return ops.where(is_pad, NEG_INF, scaled)
 
     def next_logits(prompt, cache, index):
         state, log_probs, score, attention = cache
@@ -351,9 +575,13 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
             logits = logits[:, 0]
         logits = ops.where(is_pad, NEG_INF, ops.cast(logits, "float32"))
         ended = ops.logical_or(token == end_id, token == 0)
-        logits = ops.where(ended[:, None], ended_logits, logits)
         if not search_scores:
-            log_probs = ops.log_softmax(logits, axis=-1)
+            log_probs = ops.log_softmax(
+                ops.where(ended[:, None], ended_logits, logits), axis=-1
+            )
+        if temperature is not None:
+            logits = scale(logits)
+        logits = ops.where(ended[:, None], ended_logits, logits)
         attention = ops.slice_update(
             attention, [0, index - 1, 0], ops.cast(weights, attention.dtype)
         )
@@ -372,17 +600,28 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
         ops.zeros((batch,), dtype="float32"),
         ops.zeros((batch, max_length, s), dtype=model.compute_dtype),
     )
-    with _LoopCapture(sampler) as capture:
-        sampler(
-            next_logits,
-            prompt,
-            cache=cache,
-            index=1,
-            # Only the start id is given (the other positions hold 0).
-            mask=ops.not_equal(prompt, 0),
-            stop_token_ids=(end_id,),
-            model=model,
-        )
+    # The model's variables the step reads through its layers, with their
+    # current values: the random state's scope must map them too (on JAX
+    # they are the compiled function's inputs). torch's native step has
+    # read them already.
+    reads = []
+    if native_step is None:
+        reads = [(v, ops.convert_to_tensor(v)) for v in model.variables]
+    # This call's own sampler: keras-hub's loop with the random state in
+    # the loop variables, on this call's `states`.
+    sampler = copy.copy(sampler)
+    capture = sampler.run_loop = _Loop(sampler, states, reads)
+    sampler(
+        next_logits,
+        prompt,
+        cache=cache,
+        index=1,
+        # Only the start id is given (the other positions hold 0).
+        mask=ops.not_equal(prompt, 0),
+        stop_token_ids=(end_id,),
+        model=model,
+    )
+    states = capture.states
     prompt, cache, index = capture.loop_vars[:3]
     _, log_probs, score, attention = cache
     if not search_scores:
@@ -397,7 +636,7 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     if num_beams == 1 and not isinstance(
         sampler, keras_hub.samplers.BeamSampler
     ):
-        return ids, attention, score
+        return (ids, attention, score), states
     search_log_probs = capture.loop_vars[4]
     if search_scores:
         score = ops.cast(search_log_probs, "float32")
@@ -414,5 +653,5 @@ def decode(model, sampler, tokens, max_length, num_beams, return_all_beams):
     ids = ops.take_along_axis(ids, order[:, :, None], axis=1)
     attention = ops.take_along_axis(attention, order[:, :, None, None], axis=1)
     if return_all_beams:
-        return ids, attention, score
-    return ids[:, 0], attention[:, 0], score[:, 0]
+        return (ids, attention, score), states
+    return (ids[:, 0], attention[:, 0], score[:, 0]), states

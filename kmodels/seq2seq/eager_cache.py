@@ -30,6 +30,7 @@ outer call is the one compiled) or when `ENABLED` is False
 import collections
 import contextlib
 import functools
+import threading
 import weakref
 
 import keras
@@ -60,11 +61,59 @@ def disabled():
         ENABLED = previous
 
 
+class LRUCache:
+    """Values by key, the least recently used dropped first beyond a bound;
+    safe to share between threads.
+
+    Holds compiled functions (a layer's eager calls here, a `Translator`'s
+    generation loops in `kmodels.seq2seq.decoding`): a copy of the object
+    that owns one starts with an empty cache.
+    """
+
+    def __init__(self):
+        self._values = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, create, max_size):
+        """The value of `key`, made by `create()` when missing; then the
+        least recently used keys beyond `max_size` are dropped (a smaller
+        bound applies at the next call). Under the cache's lock: threads
+        asking for a new key share one value."""
+        with self._lock:
+            value = self._values.get(key)
+            if value is None:
+                value = self._values[key] = create()
+            else:
+                self._values.move_to_end(key)
+            while len(self._values) > max_size:
+                self._values.popitem(last=False)
+            return value
+
+    def __len__(self):
+        return len(self._values)
+
+    def __contains__(self, key):
+        return key in self._values
+
+    def clear(self):
+        with self._lock:
+            self._values.clear()
+
+    def __deepcopy__(self, memo):
+        return type(self)()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+
 class _Cache:
     """A layer's compiled calls, by signature, and how often it traced."""
 
     def __init__(self):
-        self.functions = collections.OrderedDict()
+        self.functions = LRUCache()
         self.traces = 0
 
 
@@ -164,15 +213,11 @@ def _call(layer, call, *args, **kwargs):
         layer.dtype_policy.name,
         len(layer.variables),
     )
-    cache = _cache(layer)
-    function = cache.functions.get(key)
-    if function is None:
-        function = _compile(layer, call, args, kwargs, dynamic, masks)
-        cache.functions[key] = function
-        if len(cache.functions) > MAX_SIGNATURES:
-            cache.functions.popitem(last=False)
-    else:
-        cache.functions.move_to_end(key)
+    function = _cache(layer).functions.get(
+        key,
+        lambda: _compile(layer, call, args, kwargs, dynamic, masks),
+        MAX_SIGNATURES,
+    )
     outputs, output_masks = function(*leaves, *present)
     for tensor, mask in zip(keras.tree.flatten(outputs), output_masks):
         if mask is not None:

@@ -7,12 +7,18 @@ import tempfile
 import keras
 import numpy as np
 
+from kmodels.arguments import ArgumentTypeError
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
+from kmodels.arguments import check_str
 from kmodels.backend.common import saved_model
+from kmodels.saving.atomic import SAVED_MODEL
+from kmodels.saving.atomic import FolderLayout
 from kmodels.saving.atomic import check_built
+from kmodels.saving.atomic import check_replaceable
 from kmodels.saving.atomic import write_atomically
 from kmodels.saving.portable_optimizer import load_model
+from kmodels.seq2seq import decoding
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
 
@@ -73,12 +79,12 @@ def translate(
         translator: a `kmodels.seq2seq.Translator`.
         context_processor: the `TextProcessor` of the source side.
         target_processor: the `TextProcessor` of the target side.
-        max_length: generated tokens at most (`[END]` included); the target
-            processor's `max_length` by default.
-        temperature: 0 for greedy decoding, > 0 to sample.
-        seed: optional int, makes sampling reproducible.
+        max_length: int >= 1, generated tokens at most (`[END]` included);
+            the target processor's `max_length` by default (`None`).
+        temperature: 0 for greedy decoding, > 0 (finite) to sample.
+        seed: optional int in `[0, 2**31)`, makes sampling reproducible.
         separator: str joining the output tokens (`""` for dates).
-        return_attention: also return the attention weights.
+        return_attention: bool, also return the attention weights.
 
     Returns:
         A str for a str, else a list of str; with `return_attention=True`,
@@ -86,15 +92,29 @@ def translate(
         `(batch, max_length, context_processor.max_length)`.
 
     Raises:
-        ValueError: empty texts (see `TextProcessor`), or processors that
-            do not match the translator (vocabulary sizes, start/end ids):
-            their ids would be out of the model's range.
+        TypeError: an argument of the wrong type (`max_length=2.7` or
+            `"3"`, `temperature="0.5"`, `separator=5`), named with what was
+            expected and what arrived, before any text is processed (the
+            error is also a `ValueError`).
+        ValueError: `max_length < 1`, a negative or non-finite temperature,
+            empty texts (see `TextProcessor`), or processors that do not
+            match the translator (vocabulary sizes, start/end ids): their
+            ids would be out of the model's range.
     """
     if not isinstance(translator, Translator):
         raise ValueError(
             "translate expects a kmodels.seq2seq.Translator; got "
             f"{type(translator).__name__}."
         )
+    owner = "translate"
+    if max_length is not None:
+        max_length = decoding.check_max_length(max_length, owner)
+    decoding.check_temperature(temperature, owner)
+    decoding.check_seed(seed, owner)
+    check_str(separator, "separator", owner)
+    return_attention = check_bool(
+        return_attention, "return_attention", owner, type_error=True
+    )
     _check_pairing(translator, context_processor, target_processor)
     scalar = isinstance(texts, (str, bytes))
     tokens = context_processor(texts)
@@ -115,6 +135,57 @@ def translate(
     return (out, attention) if return_attention else out
 
 
+def _sources_and_references(pairs, owner):
+    """`TextTranslator.evaluate`'s `pairs` as two lists of str: a tuple of
+    two lists is `(sources, references)`, any other sequence holds
+    `(source, reference)` pairs."""
+    if isinstance(pairs, (str, bytes)):
+        raise ArgumentTypeError(
+            f"{owner} expects a sequence of (source, reference) pairs or a "
+            f"tuple (sources, references) of two lists; got a "
+            f"{type(pairs).__name__}."
+        )
+    if (
+        isinstance(pairs, tuple)
+        and len(pairs) == 2
+        and all(isinstance(side, list) for side in pairs)
+    ):
+        sources, references = pairs
+        for side, texts in (("sources", sources), ("references", references)):
+            for i, text in enumerate(texts):
+                if not isinstance(text, str):
+                    raise ArgumentTypeError(
+                        f"{owner}: (sources, references) must be two lists "
+                        f"of str; {side}[{i}] is {text!r} "
+                        f"({type(text).__name__})."
+                    )
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{owner}: (sources, references) must have the same length; "
+                f"got {len(sources)} sources and {len(references)} "
+                "references."
+            )
+    else:
+        pairs = list(pairs)
+        for i, pair in enumerate(pairs):
+            if (
+                not isinstance(pair, (tuple, list))
+                or len(pair) != 2
+                or not all(isinstance(t, str) for t in pair)
+            ):
+                raise ArgumentTypeError(
+                    f"{owner} expects (source, reference) pairs of str; "
+                    f"item {i} is {pair!r}."
+                )
+        sources = [source for source, _ in pairs]
+        references = [reference for _, reference in pairs]
+    if not sources:
+        raise ValueError(
+            f"{owner} expects at least one (source, reference) pair; got none."
+        )
+    return list(sources), list(references)
+
+
 class TextTranslator:
     """A `Translator` bundled with its text processors: strings in and out,
     saved to and loaded from one folder.
@@ -124,7 +195,7 @@ class TextTranslator:
         context_processor: `TextProcessor` of the source side.
         target_processor: `TextProcessor` of the target side.
         separator: str joining output tokens (`" "` for words, `""` for
-            the date task).
+            the date task); anything else raises a `TypeError`.
 
     Example:
 
@@ -140,6 +211,7 @@ class TextTranslator:
     def __init__(
         self, translator, context_processor, target_processor, separator=" "
     ):
+        check_str(separator, "separator", "TextTranslator")
         _check_pairing(translator, context_processor, target_processor)
         self.translator = translator
         self.context_processor = context_processor
@@ -171,8 +243,16 @@ class TextTranslator:
         references as the bundle writes its output: `"2021-03-03"` for
         dates, lower-case space-separated tokens for words).
 
+        `pairs` is read in one of two ways, told apart by its type, as Keras
+        reads `(x, y)`: a *tuple* of two lists, `(sources, references)`, is
+        the sources and their references (`(["a", "b"], ["x", "y"])` is two
+        pairs, `("a", "x")` and `("b", "y")`); any other sequence (a list,
+        a generator) holds `(source, reference)` pairs.
+
         Args:
-            pairs: a sequence of `(source, reference)` str pairs.
+            pairs: a sequence of `(source, reference)` str pairs, or a tuple
+                `(sources, references)` of two lists of str of the same
+                length.
             max_order: int, the longest n-gram BLEU counts (4, as usual).
             smooth: bool, Lin et al. (2004) smoothing of `Bleu`.
             **kwargs: passed to `translate` (`max_length`, `temperature`,
@@ -184,49 +264,35 @@ class TextTranslator:
             the number of pairs).
 
         Raises:
-            ValueError: `pairs` is empty, an item is not a pair of str, a
-                reference is blank (BLEU has no length to compare with),
-                `max_order` is not an int >= 1 or `smooth` not a bool; the
-                errors of `translate` (an empty source).
+            TypeError: `pairs` is a str, an item is not a pair of str, or
+                `(sources, references)` holds something else than str (the
+                error is also a `ValueError`).
+            ValueError: `pairs` is empty, `sources` and `references` differ
+                in length, a reference is blank (BLEU has no length to
+                compare with), `max_order` is not an int >= 1 or `smooth`
+                not a bool; the errors of `translate` (an empty source).
 
         Example:
 
         >>> scores = bundle.evaluate([("March 3, 2021", "2021-03-03")])
         >>> sorted(scores)
         ['bleu', 'count', 'exact_match']
+        >>> bundle.evaluate((["March 3, 2021"], ["2021-03-03"])) == scores
+        True
         """
         import keras_hub
 
-        max_order = check_int(max_order, "max_order", "TextTranslator.evaluate")
-        smooth = check_bool(smooth, "smooth", "TextTranslator.evaluate")
-        if isinstance(pairs, (str, bytes)):
-            raise ValueError(
-                "TextTranslator.evaluate expects a sequence of (source, "
-                f"reference) pairs; got a {type(pairs).__name__}."
-            )
-        pairs = list(pairs)
-        if not pairs:
-            raise ValueError(
-                "TextTranslator.evaluate expects at least one (source, "
-                "reference) pair; got none."
-            )
-        for i, pair in enumerate(pairs):
-            if (
-                not isinstance(pair, (tuple, list))
-                or len(pair) != 2
-                or not all(isinstance(t, str) for t in pair)
-            ):
+        owner = "TextTranslator.evaluate"
+        max_order = check_int(max_order, "max_order", owner)
+        smooth = check_bool(smooth, "smooth", owner)
+        sources, references = _sources_and_references(pairs, owner)
+        for i, (source, reference) in enumerate(zip(sources, references)):
+            if not reference.strip():
                 raise ValueError(
-                    "TextTranslator.evaluate expects (source, reference) "
-                    f"pairs of str; item {i} is {pair!r}."
+                    f"{owner}: the reference of item {i} "
+                    f"({(source, reference)!r}) is blank; BLEU needs a "
+                    "reference length."
                 )
-            if not pair[1].strip():
-                raise ValueError(
-                    f"TextTranslator.evaluate: the reference of item {i} "
-                    f"({pair!r}) is blank; BLEU needs a reference length."
-                )
-        sources = [source for source, _ in pairs]
-        references = [reference for _, reference in pairs]
         translations = self.translate(sources, **kwargs)
         bleu = keras_hub.metrics.Bleu(max_order=max_order, smooth=smooth)
         # With no translated token keras-hub's brevity penalty divides by
@@ -237,8 +303,8 @@ class TextTranslator:
         matches = sum(t == r for t, r in zip(translations, references))
         return {
             "bleu": score,
-            "exact_match": matches / len(pairs),
-            "count": len(pairs),
+            "exact_match": matches / len(sources),
+            "count": len(sources),
         }
 
     def save(self, path):
@@ -253,29 +319,21 @@ class TextTranslator:
 
         Args:
             path: str or path-like, a folder (created if missing, with its
-                parents).
+                parents): new, empty, or holding a previous bundle and
+                nothing else.
 
         Raises:
             ValueError: the translator was never called or built (it has no
                 weights yet), or `path` is a file or a folder holding other
-                files than a bundle's (the save replaces the whole folder).
-                Nothing is written.
+                files than a bundle's (the save replaces the whole folder and
+                deletes only what a save writes; files added while it runs
+                are kept too). Nothing is written. Errors name `path`, never
+                the hidden working folder.
         """
         check_built(self.translator, "TextTranslator.save")
         path = os.fspath(path)
-        if os.path.lexists(path):
-            if not os.path.isdir(path):
-                raise ValueError(
-                    f"TextTranslator.save expects a folder path; {path!r} is "
-                    "a file."
-                )
-            others = sorted(set(os.listdir(path)) - set(_BUNDLE_FILES))
-            if others:
-                raise ValueError(
-                    f"TextTranslator.save replaces the whole folder {path!r},"
-                    f" which holds other files than a bundle's: {others[:5]}."
-                    " Save to a new or empty folder."
-                )
+        bundle = FolderLayout("a TextTranslator bundle", _BUNDLE_FILES)
+        check_replaceable(path, bundle, "TextTranslator.save")
         config = {
             "context_processor": self.context_processor.get_config(),
             "target_processor": self.target_processor.get_config(),
@@ -290,7 +348,7 @@ class TextTranslator:
             with open(os.path.join(staged, _BUNDLE_FILES[1]), "w") as f:
                 json.dump(config, f, ensure_ascii=False, indent=1)
 
-        write_atomically(path, write)
+        write_atomically(path, write, bundle, "TextTranslator.save")
 
     def export(self, path, max_length=None):
         """Writes a TensorFlow SavedModel that translates strings with
@@ -321,17 +379,28 @@ class TextTranslator:
         a model trained on JAX or torch exports the same way. The SavedModel
         is written next to `path` and swapped in, all or nothing.
 
+        The export never deletes what it did not write: `path` may be new,
+        empty, or a previous export holding only what an export writes
+        (`saved_model.pb`, `fingerprint.pb`, `variables/variables.index`
+        and `.data-*`, an empty `assets/`). Any other file or folder in it
+        (a `README.txt`, `assets.extra/`) makes the export refuse, naming
+        it, before anything is written; one added while the export runs
+        makes it refuse at the swap and leave the folder as it was. Move
+        such files out, or export to a new folder (see `docs/export.md`).
+
         Args:
-            path: str or path-like, the SavedModel folder (replaced if it
-                holds a SavedModel already).
+            path: str or path-like, the SavedModel folder: new, empty, or a
+                previous export (replaced).
             max_length: optional int, generated tokens at most (`[END]`
                 included); the target processor's `max_length` by default.
 
         Raises:
             ValueError: the translator has no weights yet, or `path` is a
-                file or a folder holding something else than a SavedModel.
+                file or a folder holding other entries than a SavedModel
+                export (the message names them). Nothing is written.
             RuntimeError: the export subprocess failed (its error output is
-                in the message).
+                in the message, with `path` where TensorFlow named the
+                hidden working folder).
 
         Example:
 
@@ -344,25 +413,12 @@ class TextTranslator:
         """
         check_built(self.translator, "TextTranslator.export")
         if max_length is not None:
-            max_length = check_int(
-                max_length, "max_length", "TextTranslator.export", 1
+            # The same check (and errors) as `translate`'s.
+            max_length = decoding.check_max_length(
+                max_length, "TextTranslator.export"
             )
         path = os.fspath(path)
-        if os.path.lexists(path):
-            if not os.path.isdir(path):
-                raise ValueError(
-                    "TextTranslator.export expects a folder path; "
-                    f"{path!r} is a file."
-                )
-            if os.listdir(path) and not os.path.exists(
-                os.path.join(path, "saved_model.pb")
-            ):
-                raise ValueError(
-                    f"TextTranslator.export replaces the whole folder "
-                    f"{path!r}, which holds other files than a SavedModel: "
-                    f"{sorted(os.listdir(path))[:5]}. Export to a new or "
-                    "empty folder."
-                )
+        check_replaceable(path, SAVED_MODEL, "TextTranslator.export")
         with tempfile.TemporaryDirectory() as work:
             bundle = os.path.join(work, "bundle")
             self.save(bundle)
@@ -372,6 +428,8 @@ class TextTranslator:
                 lambda staged: saved_model.export_bundle(
                     bundle, staged, max_length
                 ),
+                SAVED_MODEL,
+                "TextTranslator.export",
             )
 
     @classmethod

@@ -17,17 +17,18 @@ from keras import ops
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
-from kmodels.backend.compiled import compile_inference_loop
 from kmodels.backend.rnn import prefers_one_model_recurrence
 from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.checks import checked
 from kmodels.contracts.hook import ContractModel
+from kmodels.contracts.hook import check_not_running_elsewhere
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq import decoding
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
+from kmodels.seq2seq.eager_cache import LRUCache
 from kmodels.seq2seq.encoder import Encoder
 from kmodels.seq2seq.gru import check_fast_gru
 from kmodels.seq2seq.gru import run_grus
@@ -210,7 +211,9 @@ class Translator(
             dtype=self.dtype_policy,
             name="decoder",
         )
-        self._generators = {}
+        # Compiled generation loops by sampler configuration and
+        # `max_length`, at most `decoding.MAX_LOOPS`.
+        self._generators = LRUCache()
 
     def build(self, inputs_shape):
         context_shape, target_shape = (tuple(s) for s in inputs_shape)
@@ -309,8 +312,12 @@ class Translator(
         everything after it are 0, as are the attention rows there. The
         loop stops early once every sequence (every beam) has ended. On
         TensorFlow and JAX the whole generation is one compiled function,
-        traced once per input shape, `max_length` and sampler settings; on
-        torch it runs eagerly.
+        traced once per input shape, `max_length` and sampler
+        configuration (a name and its arguments, or an instance's class and
+        `get_config()` without its temperature and seed: an equal instance
+        reuses it); the model keeps the `decoding.MAX_LOOPS` (32) most
+        recently used. On torch it runs eagerly. Calls from several threads
+        are independent: a seeded call returns what it returns alone.
 
         | `sampler` | keras-hub class | `**sampler_kwargs` |
         |---|---|---|
@@ -322,11 +329,15 @@ class Translator(
 
         A `keras_hub.samplers.Sampler` instance (Greedy, Random, TopK, TopP
         or Beam) may be passed instead of a name, with its own temperature.
+        It is checked as its name is (`k`, `p`, `num_beams`,
+        `return_all_beams`), and its temperature must be finite and > 0.
+        Without `seed`, it continues its own random stream (and advances
+        it); the object itself is not used by the loop.
 
         Args:
             context_tokens: int `(batch, s)`, right-padded with 0; ids must
                 lie in `[0, context_vocabulary_size)` (checked eagerly).
-            max_length: int. Number of generated positions.
+            max_length: int >= 1. Number of generated positions.
             sampler: a name from the table, a sampler instance, or `None`
                 (the default): `"greedy"`, or `"random"` when `temperature`
                 is > 0 (the behaviour of the temperature-only API).
@@ -334,10 +345,12 @@ class Translator(
                 log-probability: the sum, over the generated ids up to and
                 including `end_id`, of `log_softmax` of the raw logits with
                 the padding id excluded (the temperature does not enter).
-            temperature: float >= 0 or `None`. For `"random"`, `"top_k"`
-                and `"top_p"`: the logits are divided by it before sampling
-                (`None` means 1.0; 0 is refused). `"greedy"` and `"beam"`
-                take only `None` or 0.
+            temperature: finite float >= 0 or `None`. For `"random"`,
+                `"top_k"` and `"top_p"`: the logits are divided by it
+                before sampling (`None` means 1.0; 0 is refused; a tiny one
+                samples the most likely ids, a huge one every id but the
+                padding id alike). `"greedy"` and `"beam"` take only `None`
+                or 0.
             seed: optional int in `[0, 2**31)`. With a seed, sampling is
                 reproducible (on a given backend); without, each call draws
                 afresh. Deterministic samplers ignore it.
@@ -354,9 +367,14 @@ class Translator(
             `-inf`.
 
         Raises:
-            ValueError: ids out of range, `max_length < 1`, a negative
-                temperature, an unknown sampler name or argument, or a
-                temperature the sampler does not take.
+            TypeError: an argument of the wrong type (`max_length` 2.7,
+                `"3"`, `True` or `None`; `temperature="0.5"`; `k=2.0`),
+                naming it, what was expected and what arrived (the error is
+                also a `ValueError`).
+            ValueError: ids out of range, `max_length < 1`, a negative or
+                non-finite temperature, an unknown sampler name, an unknown
+                or out-of-range sampler argument (of a name or an
+                instance), or a temperature the sampler does not take.
 
         Example:
         >>> import numpy as np
@@ -370,13 +388,18 @@ class Translator(
         ((1, 3, 6), (1, 3, 6, 4), (1, 3))
         """
         owner = "Translator.generate"
+        # `generate` reads the weights: not while `fit` holds them in
+        # another thread (outside the model on JAX).
+        check_not_running_elsewhere(
+            self, f"`generate` of Translator '{self.name}'"
+        )
         tokens = check_token_range(
             context_tokens, self.context_vocabulary_size, owner=owner
         )
-        max_length = int(max_length)
-        if max_length < 1:
-            raise ValueError(f"max_length must be >= 1; got {max_length}")
-        return_scores = check_bool(return_scores, "return_scores", owner)
+        max_length = decoding.check_max_length(max_length, owner)
+        return_scores = check_bool(
+            return_scores, "return_scores", owner, type_error=True
+        )
         request = decoding.plan(
             sampler,
             temperature,
@@ -387,55 +410,15 @@ class Translator(
         )
         if not self.built:
             self.build((tokens.shape, (tokens.shape[0], 1)))
-        key = (max_length, request.key)
-        if key not in self._generators:
-            instance = request.build()
-            scaled = request.temperature is not None
-
-            def run(tokens, temperature):
-                if scaled:
-                    # A tensor: one trace serves every temperature.
-                    instance.temperature = temperature
-                try:
-                    outputs = decoding.decode(
-                        self,
-                        instance,
-                        tokens,
-                        max_length,
-                        request.num_beams,
-                        request.return_all_beams,
-                    )
-                finally:
-                    if scaled:
-                        instance.temperature = 1.0
-                # The samplers' random states after the loop (on JAX they
-                # live in the compiled function's scope).
-                states = [ops.convert_to_tensor(v) for v in instance.variables]
-                return outputs, states
-
-            self._generators[key] = (
-                instance,
-                compile_inference_loop(
-                    run, self.variables + instance.variables
-                ),
-            )
-        instance, run = self._generators[key]
-        if request.seed is not None:
-            decoding.reset_seed(instance, request.seed)
-        temperature = request.temperature
-        with checked():
-            (ids, attention, scores), states = run(
-                ops.convert_to_tensor(tokens, "int32"),
-                ops.convert_to_tensor(
-                    1.0 if temperature is None else temperature, "float32"
-                ),
-            )
-        for variable, value in zip(instance.variables, states):
-            variable.assign(value)
-        # Outputs, not graph nodes: torch's eager loop records gradients.
-        ids, attention, scores = (
-            ops.stop_gradient(x) for x in (ids, attention, scores)
+        loop = self._generators.get(
+            (max_length, request.key),
+            lambda: decoding.compile_loop(self, request, max_length),
+            decoding.MAX_LOOPS,
         )
+        with checked():
+            outputs = decoding.call_loop(loop, request, tokens)
+        # Outputs, not graph nodes: torch's eager loop records gradients.
+        ids, attention, scores = (ops.stop_gradient(x) for x in outputs)
         if return_scores:
             return ids, attention, scores
         return ids, attention
