@@ -6,7 +6,6 @@ import numpy as np
 
 from kmodels import keras_internals
 
-
 # Kept outside the layer: Keras would track a list of layers as sublayers.
 _OUTERMOST = []
 

@@ -24,7 +24,7 @@ from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.models import export_with_keys
-from kmodels.saving.atomic import SAVED_MODEL
+from kmodels.testing.exports import assert_only_a_saved_model
 
 USERS = [f"user-{n}-ü" for n in range(10)] + ["", "日本"]
 ITEMS = [10**15 + n for n in range(6)] + [-(2**63), 2**63 - 1, 0, -7]
@@ -182,19 +182,7 @@ def test_export_writes_only_what_a_new_export_replaces(exported):
     # export (replaced; anything else in the folder is refused, see
     # reliability/export_folder_test.py), and no working folder is left.
     path = exported[4]
-    assert sorted(os.listdir(path)) == [
-        "assets",
-        "fingerprint.pb",
-        "saved_model.pb",
-        "variables",
-    ]
-    assert os.listdir(os.path.join(path, "assets")) == []
-    assert sorted(os.listdir(os.path.join(path, "variables"))) == [
-        "variables.data-00000-of-00001",
-        "variables.index",
-    ]
-    assert SAVED_MODEL.foreign_entries(path) == []
-    assert os.listdir(os.path.dirname(path)) == ["two_towers"]
+    assert_only_a_saved_model(path)
 
 
 def test_export_refuses_an_unknown_input_name(tmp_path):

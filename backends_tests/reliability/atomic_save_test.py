@@ -23,10 +23,10 @@ from kmodels.layers import PatchEmbedding
 from kmodels.saving import save_model
 from kmodels.saving import write_atomically
 from kmodels.seq2seq import Autoencoder
-from kmodels.seq2seq import TextProcessor
 from kmodels.seq2seq import TextTranslator
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import text_translator as translate_module
+from kmodels.testing.exports import tiny_bundle
 
 np_ = keras.ops.convert_to_numpy
 CONTEXT = np.array([[4, 5, 6, 0], [7, 8, 0, 0]])
@@ -174,19 +174,7 @@ def test_saving_a_model_without_weights_raises(cls, tmp_path):
 
 
 def _bundle(separator=" "):
-    source = TextProcessor(max_length=6)
-    source.adapt(["hola casa", "esta en casa", "hola"])
-    target = TextProcessor(max_length=5)
-    target.adapt(["hello house", "is at home", "hello"])
-    keras.utils.set_random_seed(5)
-    model = Translator(
-        source.vocabulary_size,
-        target.vocabulary_size,
-        4,
-        start_id=target.start_id,
-        end_id=target.end_id,
-    )
-    return TextTranslator(model, source, target, separator=separator)
+    return tiny_bundle(separator)
 
 
 TEXTS = ["hola casa", "esta en casa hola"]

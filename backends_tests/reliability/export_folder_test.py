@@ -29,9 +29,7 @@ from kmodels.layers import KeyIndex
 from kmodels.models import export_with_keys
 from kmodels.models import key_serving
 from kmodels.saving import save_model
-from kmodels.seq2seq import TextProcessor
-from kmodels.seq2seq import TextTranslator
-from kmodels.seq2seq import Translator
+from kmodels.testing.exports import tiny_bundle
 
 SAVED_MODEL_FILES = (
     "saved_model.pb",
@@ -83,20 +81,7 @@ def _exported_tree(tag):
 
 
 def _bundle():
-    source = TextProcessor(max_length=6)
-    source.adapt(["hola casa", "esta en casa", "hola"])
-    target = TextProcessor(max_length=5)
-    target.adapt(["hello house", "is at home", "hello"])
-    keras.utils.set_random_seed(5)
-    model = Translator(
-        source.vocabulary_size,
-        target.vocabulary_size,
-        4,
-        start_id=target.start_id,
-        end_id=target.end_id,
-    )
-    model((np.array([[4, 5, 6, 0]]), np.array([[2, 4, 5]])))
-    return TextTranslator(model, source, target)
+    return tiny_bundle(built=True)
 
 
 def _keyed_model():

@@ -24,11 +24,11 @@ import pytest
 from kmodels.contracts.checks import checked
 from kmodels.datasets.dates import DATE_TEXT
 from kmodels.datasets.dates import date_split
-from kmodels.saving.atomic import SAVED_MODEL
 from kmodels.seq2seq.losses import masked_loss
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.text_translator import TextTranslator
 from kmodels.seq2seq.translator import Translator
+from kmodels.testing.exports import assert_only_a_saved_model
 
 HELD_OUT = 500
 # Texts that exercise each step of the standardisation, on the date
@@ -192,19 +192,7 @@ def test_export_writes_only_what_a_new_export_replaces(exported):
     # export (replaced; anything else in the folder is refused, see
     # reliability/export_folder_test.py), and no working folder is left.
     path = exported[1]
-    assert sorted(os.listdir(path)) == [
-        "assets",
-        "fingerprint.pb",
-        "saved_model.pb",
-        "variables",
-    ]
-    assert os.listdir(os.path.join(path, "assets")) == []
-    assert sorted(os.listdir(os.path.join(path, "variables"))) == [
-        "variables.data-00000-of-00001",
-        "variables.index",
-    ]
-    assert SAVED_MODEL.foreign_entries(path) == []
-    assert os.listdir(os.path.dirname(path)) == ["dates"]
+    assert_only_a_saved_model(path)
 
 
 def test_export_refuses_bad_paths_and_unbuilt_models(exported, tmp_path):

@@ -13,9 +13,18 @@ Not imported by the library. Submodules (import them by name):
   kmodels layer test starts from.
 - `kmodels.testing.table_states`: `TableStates`, a callback keeping a
   `GrowableEmbedding`'s table and slots after each train batch.
+- `kmodels.testing.exports`: `assert_only_a_saved_model`, `tiny_bundle`,
+  shared by the save and export tests.
 
 This package's `__init__` imports nothing, so that the parity comparison
 runs without Keras.
 """
 
-__all__ = ["gradients", "layer_contract", "oracle", "parity", "table_states"]
+__all__ = [
+    "exports",
+    "gradients",
+    "layer_contract",
+    "oracle",
+    "parity",
+    "table_states",
+]
