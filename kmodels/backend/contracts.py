@@ -21,6 +21,16 @@ from kmodels.backend import native
 MARK = "_kmodels_contract_original"
 
 
+def local_numpy(x):
+    """The values of the concrete tensor `x` this process holds, as a NumPy
+    array: all of them (a `tf.distribute` batch split between replicas:
+    the replicas' parts, concatenated), except for a JAX array spread over
+    several processes (`jax.distributed`), which no process can read
+    whole: its local shards, stacked along the first (batch) axis. Each
+    process then checks the part of the batch it holds."""
+    return native.contracts.local_numpy(x)
+
+
 def wrap_step_function(model, kind, check, scope):
     function = getattr(model, f"{kind}_function")
     if function is None or hasattr(function, MARK):

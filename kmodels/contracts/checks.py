@@ -20,6 +20,7 @@ from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 from kmodels import keras_internals
 from kmodels.arguments import check_int
 from kmodels.backend import growth as growth_backend
+from kmodels.backend.contracts import local_numpy
 
 _STATE = threading.local()
 _INT32_LIMIT = 2**31
@@ -50,7 +51,8 @@ def is_concrete(x):
 
 
 def to_numpy(x):
-    return np.asarray(ops.convert_to_numpy(x))
+    # What this process holds of a JAX array spread over processes.
+    return np.asarray(local_numpy(x))
 
 
 def _fmt(values):

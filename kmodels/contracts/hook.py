@@ -33,6 +33,7 @@ import keras
 import numpy as np
 
 from kmodels import keras_internals
+from kmodels.backend.contracts import local_numpy
 from kmodels.backend.contracts import wrap_step_function
 from kmodels.backend.replicas import in_replica_function
 from kmodels.contracts import checks
@@ -189,10 +190,18 @@ def _step_checker(model):
         if id(model) in _PRECHECKED.get():
             return
         for batch in batches:
-            x, y, _ = keras.utils.unpack_x_y_sample_weight(batch)
+            # As NumPy: a batch split between replicas or processes is
+            # read where it lies (`local_numpy`).
+            x, y, _ = keras.utils.unpack_x_y_sample_weight(
+                keras.tree.map_structure(_local, batch)
+            )
             model._kmodels_check_batch(x, y, training)
 
     return check
+
+
+def _local(value):
+    return None if value is None else local_numpy(value)
 
 
 def install_step_hook(model, kind):

@@ -1,6 +1,8 @@
 """JAX side of `kmodels.backend.contracts`."""
 
 import jax
+import keras
+import numpy as np
 
 from kmodels.backend.common.batches import pull_batches
 
@@ -18,6 +20,20 @@ _STATE_NAMES = {
     ),
     "predict": ("trainable_variables", "non_trainable_variables"),
 }
+
+
+def local_numpy(x):
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        return keras.ops.convert_to_numpy(x)
+    # A global array of several processes: this process's shards, once
+    # each (a shard replicated on several local devices is listed on each),
+    # in batch order.
+    shards = {}
+    for shard in x.addressable_shards:
+        start = shard.index[0].start if shard.index else None
+        shards.setdefault((start or 0, str(shard.index)), shard.data)
+    parts = [np.asarray(data) for _, data in sorted(shards.items())]
+    return np.concatenate(parts, axis=0) if parts[0].ndim else parts[0]
 
 
 def _put_back(model, names, state):
