@@ -11,7 +11,10 @@ import pytest
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
-from kmodels.testing import oracle
+from kmodels.testing.row_sum import initial_rows
+from kmodels.testing.row_sum import row_sum_model
+from kmodels.testing.row_sum import row_sum_table
+from kmodels.testing.row_sum import sgd_oracle
 
 DIM = 4
 INIT = keras.initializers.RandomUniform(-1.0, 1.0)
@@ -30,13 +33,7 @@ def _numpy(variable):
 
 
 def _presized(capacity):
-    """Initial rows of a table built at `capacity` with the same seed: row
-    values depend on (seed, row) only."""
-    layer = GrowableEmbedding(
-        DIM, initial_capacity=capacity, embeddings_initializer=INIT, seed=SEED
-    )
-    layer.build()
-    return _numpy(layer.embeddings)
+    return initial_rows(capacity, DIM, INIT, SEED)
 
 
 # ------------------------------------------------------------ reset_rows
@@ -176,20 +173,9 @@ def _stream(seed=0, steps=STEPS, pool=240):
 
 
 def _model(index):
-    table = GrowableEmbedding(
-        DIM,
-        initial_capacity=16,
-        embeddings_initializer=INIT,
-        seed=SEED,
-        optimizer=("sgd", {"learning_rate": LEARNING_RATE}),
-        key_index=index,
-        name="users",
+    return row_sum_model(
+        row_sum_table(index, DIM, INIT, SEED, LEARNING_RATE, capacity=16)
     )
-    ids = keras.Input(shape=(1,), dtype="int32")
-    score = keras.ops.sum(table(ids), axis=-1)
-    model = keras.Model(ids, score)
-    model.compile(optimizer="sgd", loss="mse")
-    return model, table
 
 
 class _Trained(keras.callbacks.Callback):
@@ -233,27 +219,9 @@ def _fit(model, index, batches):
 
 
 def _oracle(table, fed, targets, resets):
-    """Plain SGD on the rows of each batch (MSE of the sum of a row's
-    values), restarting the logged rows from `initial` before their step:
-    dLoss/drow = 2 (sum(row) - target) / batch on every column."""
-    initial = table.copy()
-    for step, (rows, target) in enumerate(zip(fed, targets)):
-        for reset in resets.get(step, []):
-            table[reset] = initial[reset]
-        pred = table[rows].sum(-1)
-        grads = np.repeat(
-            (2.0 * (pred - target[:, 0]) / len(rows))[:, None], DIM, 1
-        )
-        table, _ = oracle.sparse_optimizer_step(
-            table,
-            [],
-            step,
-            rows,
-            grads,
-            kind="sgd",
-            learning_rate=LEARNING_RATE,
-        )
-    return table
+    """Plain SGD on the rows of each batch, restarting the logged rows
+    from `table` (the initial rows) before their step."""
+    return sgd_oracle(table, fed, targets, resets, LEARNING_RATE)
 
 
 def test_fit_restarts_rows_given_to_new_keys_and_matches_oracle():

@@ -34,11 +34,14 @@ import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.contracts.hook import running
-from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.layers import PositionalEmbedding
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import decoding
+from kmodels.testing.row_sum import initial_rows
+from kmodels.testing.row_sum import row_sum_model
+from kmodels.testing.row_sum import row_sum_table
+from kmodels.testing.row_sum import sgd_oracle
 
 THREADS = 8
 BATCHES = 2400  # over all threads
@@ -212,18 +215,9 @@ def _stream(pool):
 
 def _fit_with_workers(index, batches):
     keras.utils.set_random_seed(0)
-    table = GrowableEmbedding(
-        DIM,
-        initial_capacity=8,
-        embeddings_initializer=INIT,
-        seed=SEED,
-        optimizer=("sgd", {"learning_rate": LEARNING_RATE}),
-        key_index=index,
-        name="users",
+    model, table = row_sum_model(
+        row_sum_table(index, DIM, INIT, SEED, LEARNING_RATE, capacity=8)
     )
-    ids = keras.Input(shape=(1,), dtype="int32")
-    model = keras.Model(ids, keras.ops.sum(table(ids), axis=-1))
-    model.compile(optimizer="sgd", loss="mse")
     # Keras' first `fit` after `compile` reads one batch to build the loss
     # (JAX and torch), then restarts the PyDataset while its workers'
     # queue still holds the batches they prefetched: the epoch trains
@@ -240,27 +234,11 @@ def _fit_with_workers(index, batches):
 
 
 def _sgd_oracle(initial, fed, targets, resets):
-    """Plain SGD on each batch's rows, in training order (MSE of the sum of
-    a row's values: dLoss/drow = 2 (sum(row) - target) / batch on every
-    column), restarting the logged rows from `initial` before their
-    step."""
-    table = initial.copy()
-    for step, (rows, target) in enumerate(zip(fed, targets)):
-        for reset in resets.get(step, []):
-            table[reset] = initial[reset]
-        error = table[rows].sum(-1) - target[:, 0]
-        np.add.at(
-            table, rows, -LEARNING_RATE * 2.0 * error[:, None] / len(rows)
-        )
-    return table
+    return sgd_oracle(initial, fed, targets, resets, LEARNING_RATE)
 
 
 def _initial_rows(capacity):
-    layer = GrowableEmbedding(
-        DIM, initial_capacity=capacity, embeddings_initializer=INIT, seed=SEED
-    )
-    layer.build()
-    return keras.ops.convert_to_numpy(layer.embeddings.value).astype("float64")
+    return initial_rows(capacity, DIM, INIT, SEED)
 
 
 @pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "lru"])

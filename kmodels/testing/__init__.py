@@ -13,6 +13,8 @@ Not imported by the library. Submodules (import them by name):
   kmodels layer test starts from.
 - `kmodels.testing.table_states`: `TableStates`, a callback keeping a
   `GrowableEmbedding`'s table and slots after each train batch.
+- `kmodels.testing.row_sum`: the row-sum model of a keyed
+  `GrowableEmbedding` and its NumPy SGD oracle.
 - `kmodels.testing.exports`: `assert_only_a_saved_model`, `tiny_bundle`,
   shared by the save and export tests.
 
@@ -26,5 +28,6 @@ __all__ = [
     "layer_contract",
     "oracle",
     "parity",
+    "row_sum",
     "table_states",
 ]
