@@ -1,10 +1,10 @@
-"""Pins what `kmodels.keras_internals` reads from Keras' private API, on the
+"""Pins what `kmodels.backend.keras_internals` reads from Keras' private API, on the
 installed Keras: a release that changes one fails here, by name."""
 
 import keras
 import numpy as np
 
-from kmodels import keras_internals
+from kmodels.backend import keras_internals
 
 # Kept outside the layer: Keras would track a list of layers as sublayers.
 _OUTERMOST = []

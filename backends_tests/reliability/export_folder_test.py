@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import pytest
 
-from kmodels.backend.common import saved_model
+from kmodels.export import saved_model
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.models import export_with_keys

@@ -14,7 +14,7 @@ import pytest
 
 import kmodels
 from kmodels.contracts.checks import unchecked_warning
-from kmodels.layers.growable_embedding import GrowableEmbedding
+from kmodels.growable.embedding import GrowableEmbedding
 from kmodels.layers.positional_embedding import PositionalEmbedding
 from kmodels.seq2seq import CrossAttention
 from kmodels.seq2seq import Decoder

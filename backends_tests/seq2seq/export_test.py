@@ -260,7 +260,7 @@ def _random_texts(rng, pieces, count):
 def test_exported_word_pieces_equal_keras_hub(which):
     import tensorflow as tf
 
-    from kmodels.backend.common import saved_model
+    from kmodels.export import saved_model
 
     if which == "learned":
         p = TextProcessor(16, tokenizer="wordpiece")

@@ -6,9 +6,9 @@
   against the input contracts of the model's kmodels layers.
 """
 
-from kmodels.callbacks.embedding_growth import EmbeddingGrowth
 from kmodels.callbacks.gradient_flow_check import GradientFlowCheck
 from kmodels.callbacks.input_contracts import InputContracts
+from kmodels.growable.callback import EmbeddingGrowth
 
 __all__ = [
     "EmbeddingGrowth",

@@ -17,9 +17,9 @@ import numpy as np
 from keras import ops
 from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 
-from kmodels import keras_internals
 from kmodels.arguments import check_int
 from kmodels.backend import growth as growth_backend
+from kmodels.backend import keras_internals
 from kmodels.backend.contracts import local_numpy
 
 _STATE = threading.local()

@@ -32,7 +32,7 @@ import weakref
 import keras
 import numpy as np
 
-from kmodels import keras_internals
+from kmodels.backend import keras_internals
 from kmodels.backend.contracts import local_numpy
 from kmodels.backend.contracts import wrap_step_function
 from kmodels.backend.replicas import in_replica_function
@@ -357,7 +357,7 @@ def enforce(model):
 def adopt(model):
     """`enforce(model)` unless `model` checks its data already: called by
     a kmodels layer that runs inside `model`'s call (the outermost model of
-    the call, `kmodels.keras_internals.outermost_layer`)."""
+    the call, `kmodels.backend.keras_internals.outermost_layer`)."""
     if isinstance(model, keras.Model) and not _checks_itself(model):
         enforce(model)
 

@@ -11,7 +11,7 @@ from keras.src.losses.losses import LossFunctionWrapper
 
 from kmodels.backend import growth as growth_backend
 from kmodels.backend.gradients import variable_gradients
-from kmodels.layers.growable_embedding import GrowableEmbedding
+from kmodels.growable.embedding import GrowableEmbedding
 
 # keras-hub layers that read only the *shape* of their input and return
 # position vectors: a layer whose output feeds nothing else is disconnected.

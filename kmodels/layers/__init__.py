@@ -1,7 +1,7 @@
 """Keras layers of kmodels (each a plain `keras.layers.Layer`)."""
 
-from kmodels.layers.growable_embedding import GrowableEmbedding
-from kmodels.layers.key_index import KeyIndex
+from kmodels.growable.embedding import GrowableEmbedding
+from kmodels.growable.key_index import KeyIndex
 from kmodels.layers.patch_embedding import PatchEmbedding
 from kmodels.layers.positional_embedding import PositionalEmbedding
 

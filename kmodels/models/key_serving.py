@@ -7,12 +7,12 @@ import tempfile
 import keras
 import numpy as np
 
-from kmodels.backend.common.keyed_saved_model import KEYS_FILE
-from kmodels.backend.common.keyed_saved_model import MODEL_FILE
-from kmodels.backend.common.keyed_saved_model import export_keyed
-from kmodels.backend.common.keyed_saved_model import key_table
-from kmodels.backend.common.keyed_saved_model import model_inputs
-from kmodels.layers.key_index import KeyIndex
+from kmodels.export.keyed_saved_model import KEYS_FILE
+from kmodels.export.keyed_saved_model import MODEL_FILE
+from kmodels.export.keyed_saved_model import export_keyed
+from kmodels.export.keyed_saved_model import model_inputs
+from kmodels.growable.key_index import KeyIndex
+from kmodels.growable.key_table import key_table
 from kmodels.saving.atomic import SAVED_MODEL
 from kmodels.saving.atomic import check_replaceable
 from kmodels.saving.atomic import write_atomically

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 
-from kmodels.layers.growable_embedding import GrowableEmbedding
-from kmodels.layers.key_index import KeyIndex
+from kmodels.growable.embedding import GrowableEmbedding
+from kmodels.growable.key_index import KeyIndex
 
 
 def recommender(

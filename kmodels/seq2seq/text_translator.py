@@ -11,7 +11,7 @@ from kmodels.arguments import ArgumentTypeError
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_str
-from kmodels.backend.common import saved_model
+from kmodels.export import saved_model
 from kmodels.saving.atomic import SAVED_MODEL
 from kmodels.saving.atomic import FolderLayout
 from kmodels.saving.atomic import check_built
@@ -374,7 +374,7 @@ class TextTranslator:
 
         Only TensorFlow writes a SavedModel: the bundle is saved to a
         temporary folder and exported by a subprocess running
-        `python -m kmodels.backend.common.saved_model` with
+        `python -m kmodels.export.saved_model` with
         `KERAS_BACKEND=tensorflow` (about 10 s plus TensorFlow's import), so
         a model trained on JAX or torch exports the same way. The SavedModel
         is written next to `path` and swapped in, all or nothing.

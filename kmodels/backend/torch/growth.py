@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import torch
 
-from kmodels.backend.common import sparse_rules
+from kmodels.growable import optimizers as sparse_rules
 
 
 def table_is_trainable():

@@ -5,7 +5,7 @@ Only TensorFlow writes a SavedModel, so the export runs in a subprocess with
 `KERAS_BACKEND=tensorflow`, whatever the caller's backend:
 `export_bundle(bundle_path, export_path)` starts
 
-    python -m kmodels.backend.common.saved_model BUNDLE EXPORT [--max-length N]
+    python -m kmodels.export.saved_model BUNDLE EXPORT [--max-length N]
 
 which loads the bundle's `translator.keras` (weights are portable across
 backends) and `text.json`, and writes the SavedModel. Importing this module
@@ -52,7 +52,7 @@ import os
 import re
 import unicodedata
 
-from kmodels.backend.common.tensorflow_process import run_in_tensorflow
+from kmodels.export.tensorflow_process import run_in_tensorflow
 
 # The bundle's files (`kmodels.seq2seq.text_translator` writes them).
 MODEL_FILE = "translator.keras"
@@ -105,9 +105,7 @@ def export_bundle(bundle_path, export_path, max_length=None):
     arguments = [os.fspath(bundle_path), os.fspath(export_path)]
     if max_length is not None:
         arguments += ["--max-length", str(int(max_length))]
-    run_in_tensorflow(
-        "kmodels.backend.common.saved_model", arguments, "the translator"
-    )
+    run_in_tensorflow("kmodels.export.saved_model", arguments, "the translator")
 
 
 def char_table(punctuation, keep_digits):
@@ -427,7 +425,7 @@ def _export(bundle_path, export_path, max_length=None):
 
 def _main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m kmodels.backend.common.saved_model",
+        prog="python -m kmodels.export.saved_model",
         description="Exports a saved TextTranslator bundle as a TensorFlow "
         "SavedModel with a `translate` signature (strings in and out).",
     )

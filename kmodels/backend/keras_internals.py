@@ -7,6 +7,8 @@ release that changes one fails there first, by name.
 """
 
 from keras.src.backend.common import global_state
+from keras.src.backend.common import stateless_scope
+from keras.src.backend.common import symbolic_scope
 
 
 def outermost_layer():
@@ -61,3 +63,17 @@ def calls_in_graph(model, layer):
         for node in nodes
         if node.operation is layer
     )
+
+
+def in_stateless_scope():
+    """Whether the current call runs inside Keras' `StatelessScope` (JAX's
+    compiled steps, `stateless_call`): variables are read from the scope
+    and must not be assigned. Keras exports the scope, not the test."""
+    return stateless_scope.in_stateless_scope()
+
+
+def in_symbolic_scope():
+    """Whether Keras is tracing a call symbolically (building a functional
+    model or computing an output spec): there is no data to check. Keras
+    exports no test for it."""
+    return symbolic_scope.in_symbolic_scope()

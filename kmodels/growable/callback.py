@@ -3,11 +3,11 @@
 import keras
 import numpy as np
 
-from kmodels import keras_internals
 from kmodels.backend import growth as growth_backend
+from kmodels.backend import keras_internals
 from kmodels.contracts.structure import path_to
-from kmodels.layers.growable_embedding import GrowableEmbedding
-from kmodels.layers.growable_embedding import repeated_call_error
+from kmodels.growable.embedding import GrowableEmbedding
+from kmodels.growable.embedding import repeated_call_error
 
 
 class EmbeddingGrowth(keras.callbacks.Callback):

@@ -13,9 +13,9 @@ from kmodels.arguments import check_bool
 from kmodels.arguments import check_choice
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
-from kmodels.backend.common.keyed_saved_model import key_table
-from kmodels.layers.saved_state import checked_entries
-from kmodels.layers.saved_state import entry_checksums
+from kmodels.growable.key_table import key_table
+from kmodels.growable.saved_state import checked_entries
+from kmodels.growable.saved_state import entry_checksums
 
 _KEY_DTYPES = ("int64", "string")
 _EVICTIONS = ("lru", "lfu")

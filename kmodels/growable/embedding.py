@@ -14,13 +14,13 @@ from kmodels.arguments import check_float
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.backend import growth as growth_backend
-from kmodels.backend.common import sparse_rules
 from kmodels.contracts.checks import check_bag_weights
 from kmodels.contracts.checks import check_growable_ids
 from kmodels.contracts.checks import guarded_call
-from kmodels.layers.key_index import KeyIndex
-from kmodels.layers.saved_state import checked_entries
-from kmodels.layers.saved_state import entry_checksums
+from kmodels.growable import optimizers as sparse_rules
+from kmodels.growable.key_index import KeyIndex
+from kmodels.growable.saved_state import checked_entries
+from kmodels.growable.saved_state import entry_checksums
 
 _UNSEEN = ("zeros", "oov", "error")
 _COMBINERS = ("sum", "mean", "sqrtn")
