@@ -1,7 +1,12 @@
-"""Pins what `kmodels.backend.keras_internals` reads from Keras' private API, on the
-installed Keras: a release that changes one fails here, by name."""
+"""Pins what `kmodels.backend.keras_internals` reads from Keras' private
+API, on the installed Keras: a release that changes one fails here, by
+name. The versions it was checked against are pinned too."""
+
+import importlib.metadata
+import warnings
 
 import keras
+import keras_hub
 import numpy as np
 
 from kmodels.backend import keras_internals
@@ -43,3 +48,231 @@ def test_functional_structure():
     sequential = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     assert keras_internals.inputs_struct(keras.layers.Dense(1)) is None
     assert keras_internals.calls_in_graph(sequential.layers[0], dense) == 0
+
+
+def _run_sampler(sampler):
+    """Runs `sampler` through `run_sampler_loop` on a step that always
+    favours id 3 and counts its calls in the cache: `(loop calls, results
+    of sampler_loop_results)`."""
+    calls = []
+
+    def loop(cond, body, initial, maximum_iterations):
+        calls.append(len(initial))
+        return keras.ops.while_loop(
+            cond, body, initial, maximum_iterations=maximum_iterations
+        )
+
+    def next(prompt, cache, index):
+        ids = keras.ops.full((prompt.shape[0],), 3, "int32")
+        return keras.ops.one_hot(ids, 5) * 4.0, None, cache + 1
+
+    prompt = np.zeros((2, 5), "int32")
+    prompt[:, 0] = 1
+    final = keras_internals.run_sampler_loop(
+        sampler,
+        loop,
+        next,
+        keras.ops.convert_to_tensor(prompt),
+        cache=keras.ops.zeros((2,), "int32"),
+        index=1,
+        mask=keras.ops.convert_to_tensor(prompt != 0),
+    )
+    return calls, keras_internals.sampler_loop_results(final)
+
+
+def test_run_sampler_loop_returns_the_final_loop_variables():
+    sampler = keras_hub.samplers.GreedySampler()
+    calls, (prompt, cache, index, log_probs) = _run_sampler(sampler)
+    # prompt, cache, index, mask: the caller's loop ran them, once.
+    assert calls == [4]
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(prompt), [[1, 3, 3, 3, 3]] * 2
+    )
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(cache), [4, 4])
+    assert int(keras.ops.convert_to_numpy(index)) == 5
+    assert log_probs is None
+    # A copy ran: the sampler keeps keras-hub's own loop.
+    assert "run_loop" not in vars(sampler)
+
+    beam = keras_hub.samplers.BeamSampler(num_beams=2, return_all_beams=True)
+    calls, (prompt, cache, index, log_probs) = _run_sampler(beam)
+    # The beams' log-probabilities come fifth, one per flattened beam.
+    assert calls == [5]
+    assert tuple(prompt.shape) == (4, 5) and tuple(log_probs.shape) == (4,)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(cache), [4] * 4)
+    step = float(np.log(np.exp(4.0) / (np.exp(4.0) + 4.0)))
+    np.testing.assert_allclose(
+        np.max(keras.ops.convert_to_numpy(log_probs).reshape(2, 2), 1),
+        [4 * step] * 2,
+        rtol=1e-5,
+    )
+    assert "run_loop" not in vars(beam)
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def test_ask_to_proceed_with_overwrite(monkeypatch):
+    answers = iter(["maybe", "n", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert keras_internals.ask_to_proceed_with_overwrite("a.keras") is False
+    assert keras_internals.ask_to_proceed_with_overwrite("a.keras") is True
+
+
+def test_backend_optimizer_module():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    module = model.get_compile_config()["optimizer"]["module"]
+    # Only torch swaps in its own optimizer classes.
+    on_torch = keras.backend.backend() == "torch"
+    assert keras_internals.is_backend_optimizer_module(module) is on_torch
+    assert not keras_internals.is_backend_optimizer_module("keras.optimizers")
+    assert not keras_internals.is_backend_optimizer_module(None)
+
+
+class _XLAWhenAuto(keras_internals.AutoJitCompileHook, keras.Model):
+    def __init__(self, xla):
+        super().__init__()
+        self.xla = xla
+        self.dense = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def _xla_when_auto(self):
+        return self.xla
+
+
+def test_auto_jit_compile_hook():
+    keras_choice = keras.backend.backend() == "jax"
+    for xla, expected in ((True, True), (False, keras_choice)):
+        model = _XLAWhenAuto(xla)
+        model.compile(optimizer="sgd", loss="mse")
+        assert model.jit_compile is expected
+    # A layer without XLA support keeps it off, asked or not.
+    model = _XLAWhenAuto(True)
+    model.dense.supports_jit = False
+    model.compile(optimizer="sgd", loss="mse")
+    assert model.jit_compile is False
+
+
+def test_keras_mask_read_and_written():
+    x = keras.ops.ones((2, 3))
+    assert keras_internals.get_keras_mask(x) is None
+    mask = np.array([[True, False, True]] * 2)
+    keras_internals.set_keras_mask(x, keras.ops.convert_to_tensor(mask))
+    np.testing.assert_array_equal(_np(keras_internals.get_keras_mask(x)), mask)
+    keras_internals.set_keras_mask(x, None)
+    assert keras_internals.get_keras_mask(x) is None
+    embedding = keras.layers.Embedding(5, 2, mask_zero=True)
+    out = embedding(np.array([[1, 0]]))
+    np.testing.assert_array_equal(
+        _np(keras_internals.get_keras_mask(out)), [[True, False]]
+    )
+
+
+def test_compute_output_spec_traces_a_function():
+    spec = keras_internals.compute_output_spec(
+        lambda x: keras.ops.concatenate([x, x], -1),
+        keras.KerasTensor((2, 3), "float16"),
+    )
+    assert isinstance(spec, keras.KerasTensor)
+    assert (tuple(spec.shape), spec.dtype) == ((2, 6), "float16")
+
+
+def test_mean_loss_averages_per_example_values():
+    loss = keras_internals.mean_loss(keras.losses.get("mse"))
+    assert isinstance(loss, keras.losses.Loss)
+    assert loss.name == "mean_squared_error"
+    y_pred = np.array([[1.0, 1.0], [3.0, 3.0]])
+    assert float(loss(np.zeros((2, 2)), y_pred)) == 5.0
+    # Targets of rank 1 against predictions (batch, 1): ranks matched as
+    # `compile` does (broadcast, they would give 3.0).
+    assert float(loss(np.array([0.0, 2.0]), np.array([[1.0], [3.0]]))) == 1.0
+
+
+def test_learning_rate_or_schedule():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 1, 0.5)
+    sgd = keras.optimizers.SGD(schedule)
+    assert keras_internals.learning_rate_or_schedule(sgd) is schedule
+    adam = keras.optimizers.Adam(0.5)
+    rate = keras_internals.learning_rate_or_schedule(adam)
+    assert isinstance(rate, keras.Variable)
+    assert float(keras.ops.convert_to_numpy(rate.value)) == 0.5
+
+
+# ------------------------------------------------------------- version pin
+def test_checked_versions_are_the_installed_ones():
+    installed = keras_internals.installed_versions()
+    assert installed == {
+        "keras": keras.__version__,
+        "keras-hub": keras_hub.__version__,
+    }
+    running = {
+        name: ".".join(version.split(".")[:2])
+        for name, version in installed.items()
+    }
+    assert running == keras_internals.CHECKED_VERSIONS, (
+        f"kmodels.backend.keras_internals was checked against "
+        f"{keras_internals.CHECKED_VERSIONS}; installed: {installed}. "
+        "Run this file on the new versions, fix what fails, then update "
+        "CHECKED_VERSIONS."
+    )
+
+
+def _check_versions(monkeypatch, keras_version, hub_version):
+    """The warnings of a first `check_versions()` call, then of a second,
+    with Keras and keras-hub reporting the versions given."""
+    metadata_version = importlib.metadata.version
+
+    def version(name):
+        if name == "keras-hub":
+            return hub_version
+        return metadata_version(name)
+
+    monkeypatch.setattr(keras, "version", lambda: keras_version)
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(keras_internals, "_warned", False)
+    caught = []
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            keras_internals.check_versions()
+        caught.append([(w.category, str(w.message)) for w in record])
+    return caught
+
+
+def test_a_newer_keras_warns_once(monkeypatch):
+    first, second = _check_versions(monkeypatch, "3.16.0", "0.32.0")
+    assert second == []
+    [(category, message)] = first
+    assert category is UserWarning
+    assert message.startswith(
+        "kmodels' Keras internals were checked against keras 3.15.x and "
+        "keras-hub 0.32.x; this process runs the newer keras 3.16.0."
+    )
+    named = message.split("may break: ")[1].split(". ")[0].split(", ")
+    assert named == keras_internals.pinned_functions()
+    for name in ("outermost_layer", "AutoJitCompileHook", "mean_loss"):
+        assert name in named
+    assert "kmodels.backend.<backend>.keras_internals" in message
+    assert "report it on the kmodels issue tracker" in message
+
+
+def test_a_newer_keras_hub_warns_naming_it(monkeypatch):
+    first, second = _check_versions(monkeypatch, "3.15.1", "0.33.0.dev1")
+    assert second == []
+    [(category, message)] = first
+    assert category is UserWarning
+    assert "this process runs the newer keras-hub 0.33.0.dev1." in message
+    assert "CHECKED_VERSIONS in kmodels/backend/keras_internals.py" in message
+
+
+def test_the_checked_versions_are_silent(monkeypatch):
+    for versions in (
+        ("3.15.1", "0.32.0"),
+        ("3.15.9", "0.32.7"),
+        ("3.14.0", "0.31.0"),
+    ):
+        assert _check_versions(monkeypatch, *versions) == [[], []]

@@ -1,7 +1,7 @@
 """KeyIndex throughput: raw keys to rows, in keys/s, for int64 and string
 keys, next to the per-key loop `KeyIndex.lookup` used before it was
-vectorised (kept below, verbatim apart from `self` -> `index`, as the
-baseline).
+vectorised (kept below, verbatim apart from `self` -> `index` and
+`self._refuse(...)` -> `_refuse(index, ...)`, as the baseline).
 
 The batch: `keys` draws (uniform) from `distinct` keys, half of which the
 index already holds (it holds `distinct` keys in all), so a step both reads
@@ -28,12 +28,20 @@ _INT64_MAX = 2**63 - 1
 
 
 # ------------------------------------------------- the loop, as it was
+def _refuse(index, error, key, position, expected):
+    """Raises `KeyIndex`'s error for a refused key (its message lives in
+    `kmodels.growable.key_batch` since the index was split)."""
+    refuse = require("kmodels.growable.key_batch", "refuse")
+    refuse(index.name, error, key, position, expected)
+
+
 def _loop_int_keys(index, keys):
     if keys.dtype.kind in "iu":
         if keys.size and keys.dtype.kind == "u":
             top = keys.reshape(-1).argmax()
             if int(keys.reshape(-1)[top]) > _INT64_MAX:
-                index._refuse(
+                _refuse(
+                    index,
                     ValueError,
                     keys.reshape(-1)[top],
                     int(top),
@@ -46,13 +54,17 @@ def _loop_int_keys(index, keys):
             if isinstance(key, (bool, np.bool_)) or not isinstance(
                 key, (int, np.integer)
             ):
-                index._refuse(TypeError, key, i, "int64 keys")
+                _refuse(index, TypeError, key, i, "int64 keys")
         flat = [int(key) for key in raw]
     if flat and (min(flat) < _INT64_MIN or max(flat) > _INT64_MAX):
         for i, key in enumerate(flat):
             if not _INT64_MIN <= key <= _INT64_MAX:
-                index._refuse(
-                    ValueError, raw[i], i, "int64 keys, in [-2**63, 2**63)"
+                _refuse(
+                    index,
+                    ValueError,
+                    raw[i],
+                    i,
+                    "int64 keys, in [-2**63, 2**63)",
                 )
     return flat
 
@@ -65,13 +77,13 @@ def _loop_string_keys(index, keys):
                 try:
                     flat[i] = key.decode("utf-8")
                 except UnicodeDecodeError:
-                    index._refuse(
-                        ValueError, key, i, "string keys (UTF-8 bytes)"
+                    _refuse(
+                        index, ValueError, key, i, "string keys (UTF-8 bytes)"
                     )
             elif isinstance(key, str):
                 flat[i] = str(key)
             else:
-                index._refuse(TypeError, key, i, "string keys")
+                _refuse(index, TypeError, key, i, "string keys")
     try:
         "".join(flat).encode("utf-8")
     except UnicodeEncodeError:
@@ -79,7 +91,8 @@ def _loop_string_keys(index, keys):
             try:
                 key.encode("utf-8")
             except UnicodeEncodeError:
-                index._refuse(
+                _refuse(
+                    index,
                     ValueError,
                     key,
                     i,

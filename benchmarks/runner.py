@@ -3,7 +3,8 @@
 Runs every selected case on every installed backend, each group in a fresh
 subprocess with the backend fixed in its environment, shows a progress bar,
 prints the tables, writes `<out>/<date>.json` and `<out>/<date>.png`, and
-(on full runs) updates the results section of `docs/benchmarks.md`.
+(on full runs) updates the results section of `docs/benchmarks.md` and
+moves the run's chart beside it (`docs/benchmarks.png`).
 """
 
 import argparse
@@ -11,7 +12,6 @@ import concurrent.futures
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -403,15 +403,15 @@ def main(argv=None):
         console.print(table)
     full_set = not args.cases and set(backends) == set(available)
     docs_path = docs_path_for(args.quick, args.docs, args.no_docs, full_set)
+    chart_path = stem + ".png"
     if docs_path:
-        # MkDocs serves files from docs/ only: the chart goes beside the page.
-        shutil.copyfile(
-            stem + ".png",
-            os.path.join(os.path.dirname(docs_path), report.DOCS_CHART),
-        )
+        # MkDocs serves files from docs/ only: the chart moves beside the page.
+        chart_path = report.publish_chart(chart_path, docs_path)
         report.update_docs(docs_path, report.markdown(doc["results"],
                            doc["targets"], meta))  # fmt: skip
         console.print(f"updated {docs_path}")
-    console.print(f"wrote {stem}.json and {stem}.png in {meta['wall_s']:.0f} s")
+    console.print(
+        f"wrote {stem}.json and {chart_path} in {meta['wall_s']:.0f} s"
+    )
     errors = [r for r in results if r["status"] == "error"]
     return 1 if errors else 0

@@ -28,6 +28,8 @@ _SUBPACKAGES = (
     "datasets",
     "diagnostics",
     "distributed",
+    "export",
+    "growable",
     "layers",
     "models",
     "saving",
@@ -38,7 +40,7 @@ __all__ = ["BACKENDS", *_SUBPACKAGES]
 
 # The subpackages whose modules define `register_keras_serializable`
 # classes or functions: importing them registers those with Keras.
-_SERIALIZABLE_SUBPACKAGES = ("layers", "models", "seq2seq")
+_SERIALIZABLE_SUBPACKAGES = ("growable", "layers", "models", "seq2seq")
 
 
 def __getattr__(name):

@@ -2,13 +2,19 @@
 restart from the row initializer (values) and fresh optimizer slots,
 eagerly (`GrowableEmbedding.reset_rows`) and between the steps of
 `model.fit` (`EmbeddingGrowth`), against a NumPy SGD oracle; the index and
-the table survive `.keras` save/load and train on identically."""
+the table survive `.keras` save/load and train on identically; a
+user-defined eviction policy (FIFO) drives a bounded index in `fit` and
+survives `.keras` save/load."""
+
+import collections
+import itertools
 
 import keras
 import numpy as np
 import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
+from kmodels.layers import EvictionPolicy
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.testing.row_sum import initial_rows
@@ -318,3 +324,144 @@ def test_bounded_state_survives_save_load_and_trains_on_identically(
         atol=1e-6,
         rtol=0,
     )
+
+
+# ------------------------------------------------ a user-defined policy
+class FIFOEviction(EvictionPolicy):
+    """Evicts the key admitted first (never one of the current batch)."""
+
+    def __init__(self):
+        self.queue = collections.OrderedDict()  # rows, first admitted first
+
+    def clear(self):
+        self.queue.clear()
+
+    def admit(self, rows, counts):
+        self.queue.update(dict.fromkeys(rows))
+
+    def use(self, rows, previous, counts, evict):
+        held = set(rows)
+        victims = list(
+            itertools.islice((r for r in self.queue if r not in held), evict)
+        )
+        for row in victims:
+            del self.queue[row]
+        return victims
+
+    # The admission order is not in the index's usage record's recency
+    # order: saved as the policy's own state.
+    def get_state(self):
+        return {"queue": np.array(list(self.queue), np.int64)}
+
+    def set_state(self, state):
+        self.queue = collections.OrderedDict.fromkeys(state["queue"].tolist())
+
+
+def _fifo_oracle(batches, max_capacity, first_row=1):
+    """Rows of each batch and keys evicted by each, one key at a time: new
+    keys take unused rows, then the rows of the keys admitted first (never
+    a key of the batch)."""
+    rows, admitted, fed, evicted = {}, [], [], []
+    for batch in batches:
+        new = [k for k in dict.fromkeys(batch) if k not in rows]
+        start = first_row + len(rows)
+        grown = min(len(new), max_capacity - start)
+        victims = [k for k in admitted if k not in batch][: len(new) - grown]
+        free = list(range(start, start + grown)) + [rows[k] for k in victims]
+        for key in victims:
+            del rows[key]
+            admitted.remove(key)
+        for key, row in zip(new, free):
+            rows[key] = row
+            admitted.append(key)
+        fed.append([rows[k] for k in batch])
+        evicted.append(victims)
+    return fed, evicted, admitted
+
+
+# A, B, ... as raw int64 ids. Four key rows (row 0 reserved), two keys per
+# batch. FIFO evicts A at step 5 (LRU would evict B: A was used at step 1),
+# B at 6, C at 8; each victim was last used 4 or more steps before, so the
+# look-ahead of `fit` (measured below) never holds it.
+_A, _B, _C, _D, _E, _F, _G = (10**12 + i for i in range(7))
+FIFO_BATCHES = [
+    [_A, _B],
+    [_A, _C],
+    [_C, _D],
+    [_C, _D],
+    [_D, _C],
+    [_E, _D],
+    [_F, _E],
+    [_D, _E],
+    [_A, _D],
+]
+
+
+def test_user_policy_fifo_evicts_in_fit_and_survives_save_load(tmp_path):
+    keras.utils.set_random_seed(0)
+    index = KeyIndex(max_capacity=5, eviction=FIFOEviction())
+    table = row_sum_table(index, DIM, INIT, SEED, LEARNING_RATE, capacity=5)
+    model, table = row_sum_model(table)
+    rng = np.random.default_rng(3)
+    batches = [
+        (
+            np.array(keys, np.int64),
+            rng.uniform(-1.0, 1.0, (2, 1)).astype("float32"),
+        )
+        for keys in FIFO_BATCHES
+    ]
+    evicted = []
+
+    class _Logged:
+        # The generator's lookups, with the keys each one evicted.
+        def lookup(self, keys):
+            before = set(index.keys())
+            rows = index.lookup(keys)
+            evicted.append(sorted(before - set(index.keys())))
+            return rows
+
+    fed, growth, ahead = _fit(model, _Logged(), batches)
+    expected_fed, expected_evicted, admitted = _fifo_oracle(FIFO_BATCHES, 5)
+    assert [r.tolist() for r in fed] == expected_fed
+    assert evicted == expected_evicted == [[]] * 5 + [[_A], [_B], [], [_C]]
+    assert ahead < 3
+    assert index.keys() == [_E, _F, _A, _D] and index.evictions == 3
+    queue = index.lookup(admitted, grow=False).tolist()
+    assert list(index.eviction.queue) == queue == [4, 1, 2, 3]
+    # Each evicted row restarted once; values: SGD with those restarts.
+    reset_steps = {}
+    for entry in growth.reset_log:
+        reset_steps.setdefault(entry["step"], []).append(entry["rows"])
+    restarted = np.concatenate([e["rows"] for e in growth.reset_log])
+    assert sorted(restarted.tolist()) == [1, 2, 3]
+    targets = [t for _, t in batches]
+    oracle_rows = [np.array(r) for r in expected_fed]
+    expected = _oracle(_presized(5), oracle_rows, targets, reset_steps)
+    np.testing.assert_allclose(
+        _numpy(table.embeddings), expected[: table.capacity], atol=1e-6, rtol=0
+    )
+    # Saved with the model: the policy's config and its own state.
+    assert index.get_config()["eviction"]["class_name"] == "FIFOEviction"
+    path = str(tmp_path / "fifo.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(
+        path, custom_objects={"FIFOEviction": FIFOEviction}
+    )
+    loaded_table = loaded.get_layer("users")
+    copy = loaded_table.key_index
+    assert copy is not index and type(copy.eviction) is FIFOEviction
+    assert copy.keys() == index.keys() and copy.evictions == 3
+    # Not the recency order the usage record alone would restore
+    # ([2, 1, 4, 3]): the policy's saved state.
+    assert list(copy.eviction.queue) == queue
+    np.testing.assert_array_equal(
+        _numpy(loaded_table.embeddings), _numpy(table.embeddings)
+    )
+    # A further new key evicts D on both: admitted first of those held
+    # (LRU would evict F, last used at step 6).
+    for each in (index, copy):
+        each.take_reset_rows()
+        assert each.lookup([_G]).tolist() == [4]
+        assert each.take_reset_rows().tolist() == [4]
+        assert each.keys() == [_E, _F, _A, _G]
+        assert list(each.eviction.queue) == [1, 2, 3, 4]

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
+from kmodels.growable import SparseAdagrad
+from kmodels.growable import SparseAdam
+from kmodels.growable import SparseSGD
 from kmodels.layers import GrowableEmbedding
 from kmodels.testing import oracle
 from kmodels.testing.oracle.sparse_optimizer import exponential_decay
@@ -162,9 +165,9 @@ def test_none_follows_the_model_optimizer_and_its_changes():
         schedule, initial_accumulator_value=0.3, epsilon=1e-6
     )
     model, states = _fit(layer, adagrad)
-    kind, hyper = layer.table_optimizer
-    assert kind == "adagrad" and hyper["learning_rate"] is schedule
-    assert (hyper["initial_accumulator_value"], hyper["epsilon"]) == (0.3, 1e-6)
+    rule = layer.table_optimizer
+    assert rule.kind == "adagrad" and rule.learning_rate is schedule
+    assert (rule.initial_accumulator_value, rule.epsilon) == (0.3, 1e-6)
     table = _presized(8, seed=5)
     expected = _oracle_run(
         table,
@@ -185,13 +188,8 @@ def test_none_follows_the_model_optimizer_and_its_changes():
     )
     states = _refit(model, layer, X[:2])
     # Keras keeps a constant rate in a float32 variable: read as it is.
-    assert layer.table_optimizer == (
-        "sgd",
-        {
-            "learning_rate": float(np.float32(0.05)),
-            "momentum": 0.8,
-            "nesterov": True,
-        },
+    assert layer.table_optimizer == SparseSGD(
+        learning_rate=float(np.float32(0.05)), momentum=0.8, nesterov=True
     )
     rows = {v.name: v.shape[0] for v in layer.slot_variables}
     assert rows == {"momentum": 8, "velocity": 0, "accumulator": 0}
@@ -332,18 +330,57 @@ def test_keras_optimizer_and_schedule_config_round_trip():
     layer = GrowableEmbedding(
         DIM, optimizer=keras.optimizers.SGD(schedule, momentum=0.5)
     )
-    kind, hyper = layer.optimizer
-    assert kind == "sgd" and hyper["learning_rate"] is schedule
-    assert (hyper["momentum"], hyper["nesterov"]) == (0.5, False)
+    rule = layer.optimizer
+    assert rule.kind == "sgd" and rule.learning_rate is schedule
+    assert (rule.momentum, rule.nesterov) == (0.5, False)
     config = layer.get_config()
     again = GrowableEmbedding.from_config(config)
     assert again.get_config() == config
-    rate = again.optimizer[1]["learning_rate"]
+    rate = again.optimizer.learning_rate
     assert isinstance(rate, keras.optimizers.schedules.ExponentialDecay)
     assert (rate.initial_learning_rate, rate.decay_rate) == (0.1, 0.5)
     follow = GrowableEmbedding(DIM, optimizer=None)
     assert follow.get_config()["optimizer"] is None
     assert follow.table_optimizer is None
+
+
+def test_sparse_optimizer_objects_and_their_config():
+    """A `SparseOptimizer` is taken as is; a pair, a config or a Keras
+    optimizer gives an equal one; the layer's config keeps the form it
+    had before the classes ({"kind": ..., hyperparameters})."""
+    schedule = _decay(0.1)
+    rule = SparseAdagrad(schedule, initial_accumulator_value=0.3)
+    layer = GrowableEmbedding(DIM, optimizer=rule)
+    assert layer.optimizer is rule and layer.table_optimizer is rule
+    pair = ("adagrad", {"learning_rate": schedule, "epsilon": 1e-7})
+    assert GrowableEmbedding(DIM, optimizer=pair).optimizer != rule
+    pair[1]["initial_accumulator_value"] = 0.3
+    assert GrowableEmbedding(DIM, optimizer=pair).optimizer == rule
+    config = layer.get_config()["optimizer"]
+    assert config == {
+        "kind": "adagrad",
+        "learning_rate": keras.optimizers.schedules.serialize(schedule),
+        "initial_accumulator_value": 0.3,
+        "epsilon": 1e-7,
+    }
+    assert list(config) == [
+        "kind",
+        "learning_rate",
+        "initial_accumulator_value",
+        "epsilon",
+    ]
+    again = GrowableEmbedding.from_config(layer.get_config()).optimizer
+    assert isinstance(again, SparseAdagrad)
+    assert again.get_config() == rule.get_config()
+    assert rule.slot_names == ("accumulator",)
+    assert rule.slot_initial_value("accumulator") == 0.3
+    assert SparseSGD().slot_names == ()
+    assert SparseSGD(momentum=0.5).slot_names == ("momentum",)
+    assert SparseAdam().slot_names == ("momentum", "velocity")
+    keras_adam = keras.optimizers.Adam(0.5, beta_1=0.8, epsilon=1e-6)
+    assert GrowableEmbedding(DIM, optimizer=keras_adam).optimizer == (
+        SparseAdam(float(np.float32(0.5)), beta_1=0.8, epsilon=1e-6)
+    )
 
 
 def test_rows_grown_before_following_get_the_rule_initial_value():

@@ -10,9 +10,12 @@ import keras
 import numpy as np
 import pytest
 
+from kmodels.growable import admission as key_index_module
+from kmodels.layers import EvictionPolicy
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
-from kmodels.layers import key_index as key_index_module
+from kmodels.layers import LFUEviction
+from kmodels.layers import LRUEviction
 
 
 class _Refused(Exception):
@@ -465,3 +468,63 @@ def test_lookup_layer_exports_the_current_rows():
     layer = index.lookup_layer()
     rows = np.asarray(layer(np.array(["a", "b", "c", "d"])))
     np.testing.assert_array_equal(rows, [0, 2, 3, 1])
+
+
+def test_eviction_by_name_or_policy_instance():
+    by_name = KeyIndex(max_capacity=4, eviction="lfu")
+    by_instance = KeyIndex(max_capacity=4, eviction=LFUEviction())
+    assert type(by_name.eviction) is LFUEviction
+    # A built-in policy equals its name, and its config holds the name, as
+    # when `eviction` was a string: configs and files load unchanged.
+    assert by_name.eviction == "lfu" and by_name.eviction != "lru"
+    assert by_instance.get_config()["eviction"] == "lfu"
+    assert by_instance.eviction == LFUEviction() != LRUEviction()
+    for index in (by_name, by_instance):
+        index.lookup([1, 1, 2, 3])
+        assert index.lookup([4, 5]).tolist() == [2, 3]
+    # Its state is the index's usage record: nothing more to save.
+    assert LRUEviction().get_state() == LFUEviction().get_state() == {}
+    # A policy records the rows of one index.
+    policy = LRUEviction()
+    first = KeyIndex(max_capacity=3, eviction=policy, name="first")
+    with pytest.raises(ValueError) as caught:
+        KeyIndex(max_capacity=3, eviction=policy)
+    assert caught.value.args[0] == (
+        "KeyIndex: this LRUEviction already serves KeyIndex 'first', and a "
+        "policy records the rows of one index. Pass a new instance (or a "
+        "name: 'lru', 'lfu')."
+    )
+    assert first.eviction is policy
+    with pytest.raises(ValueError) as caught:
+        KeyIndex(max_capacity=3, eviction=3)
+    assert caught.value.args[0] == (
+        "KeyIndex: `eviction` must be one of ('lru', 'lfu') or an "
+        "EvictionPolicy; got 3 (int)."
+    )
+
+
+class _EvictsTheBatch(EvictionPolicy):
+    """A broken policy: evicts the batch's own rows."""
+
+    def clear(self):
+        pass
+
+    def admit(self, rows, counts):
+        pass
+
+    def use(self, rows, previous, counts, evict):
+        return rows[:evict]
+
+
+def test_a_policy_that_evicts_a_key_of_the_batch_is_refused():
+    index = KeyIndex(max_capacity=3, eviction=_EvictsTheBatch(), name="ids")
+    index.lookup([7, 8])
+    before = _state(index)
+    with pytest.raises(ValueError) as caught:
+        index.lookup([7, 9])
+    assert caught.value.args[0] == (
+        "KeyIndex 'ids': _EvictsTheBatch.use returned the rows [1]; it must "
+        "return 1 distinct held rows (ints in [1, 3)), none of them a row of "
+        "this batch. No key of this batch was added."
+    )
+    assert _state(index) == before

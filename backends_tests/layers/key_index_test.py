@@ -173,7 +173,7 @@ def _check_against_reference(index, rng, key_dtype, steps, sizes):
 def test_lookup_matches_the_reference(
     monkeypatch, key_dtype, path, first_row, oov_row
 ):
-    from kmodels.layers import key_index as module
+    from kmodels.growable import key_batch as module
 
     if path == "per key":
         monkeypatch.setattr(

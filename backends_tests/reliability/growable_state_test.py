@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
+from kmodels.growable import SparseAdam
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 
@@ -223,12 +224,11 @@ def test_numpy_arguments_and_older_configs_still_work():
     }
     layer = GrowableEmbedding.from_config(legacy)
     assert layer.seed == 1234567 and layer.growth_factor == 1.5
-    assert layer.optimizer == (
-        "adam",
-        {
+    assert layer.optimizer == SparseAdam(
+        **{
             k: legacy["optimizer"][k]
             for k in ("learning_rate", "beta_1", "beta_2", "epsilon")
-        },
+        }
     )
     assert layer.key_index.key_dtype == "string"
     assert GrowableEmbedding.from_config(layer.get_config()).get_config() == (

@@ -325,7 +325,7 @@ def test_growable_table_warns_once_under_float16(dtype):
     """Loss scaling is not undone for the table's sparse optimizer (see
     the known limits in docs/reliability.md): a float16 policy warns once,
     with the remedy; float32 stays silent."""
-    from kmodels.growable.embedding import float16_warning
+    from kmodels.growable.lookup import float16_warning
 
     layer = GrowableEmbedding(2, initial_capacity=4, dtype=dtype, name="t")
     ids = np.array([[1, 2]])

@@ -18,6 +18,7 @@ from keras_hub import samplers
 
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import decoding
+from kmodels.seq2seq import sampling
 from kmodels.testing.oracle import search
 
 np_ = keras.ops.convert_to_numpy
@@ -280,7 +281,7 @@ def test_the_loop_cache_is_bounded(model, monkeypatch):
 
 
 def _plan_key():
-    return decoding.plan(None, 0.5, 1, {}, VOCAB_T, "test").key
+    return sampling.plan(None, 0.5, 1, {}, VOCAB_T, "test").key
 
 
 def test_bad_instance_refused_before_any_change(model):

@@ -1,8 +1,6 @@
 """Compiling an inference function that reads Keras variables."""
 
-from keras.src.backend.common.stateless_scope import in_stateless_scope
-from keras.src.backend.common.symbolic_scope import in_symbolic_scope
-
+from kmodels.backend import keras_internals
 from kmodels.backend import native
 
 
@@ -74,6 +72,9 @@ def may_compile_eager_call(values):
     Args:
         values: the flattened input tensors of the call.
     """
-    if in_stateless_scope() or in_symbolic_scope():
+    if (
+        keras_internals.in_stateless_scope()
+        or keras_internals.in_symbolic_scope()
+    ):
         return False
     return native.compiled.may_compile_eager_call(values)

@@ -12,6 +12,7 @@ functions below:
   `keras.distribution` (JAX).
 - `sparse_lookup`: gather rows of the table and, in the backward pass, apply
   the table's own optimizer to the rows of the batch only.
+- `adam_rows_in_place`: torch's in-place form of `SparseAdam`'s update.
 - `sparse_updates_disabled`: a scope (diagnostics) in which no table grows
   and no sparse update runs: the table is read like a plain embedding, and
   its gradient is an ordinary (dense) gradient. TensorFlow and
@@ -20,15 +21,31 @@ functions below:
   `overwrite_with_gradient=True` whose "gradient" is their updated value.
 - `is_concrete`: whether a tensor holds data (eager) or is being traced.
 - `wrap_train_function`: run a growth hook on each batch, with concrete data,
-  right before `model.fit` runs the compiled step on it.
+  right before `model.fit` runs the compiled step on it (a
+  `kmodels.backend.steps` hook, after the input checks); per backend,
+  `train_step_runner` says which step runs then.
+
+The backend never imports `kmodels.growable`: what it needs from a table it
+reaches through the layer object it is given. `sparse_lookup(layer, ...)`
+reads `layer.embeddings`, `layer.trained_slots` and `layer.step`, and its
+backward pass calls `layer.sparse_row_update` (TensorFlow, JAX: the sort,
+gradient sums and rule in `keras.ops`) or, on torch, sums the gradients in
+torch operations and calls the rule's `update_in_place`
+(`layer.table_optimizer`, a `kmodels.growable.optimizers.SparseOptimizer`).
+The update equations live in those optimizer classes, in `keras.ops`;
+where a backend has a faster form of one (torch's in-place Adam), it stays
+behind a function of this module (`adam_rows_in_place`) that the optimizer
+calls, so the optimizer, not the backend, picks its update.
 """
 
 import contextlib
+import functools
 import threading
 
 import keras
 
 from kmodels.backend import native
+from kmodels.backend import steps
 
 _STATE = threading.local()
 
@@ -112,10 +129,34 @@ def planned_row_shards(layer, name, shape):
 def sparse_lookup(layer, ids, seen=None):
     """Rows `layer.embeddings[ids]` for flat int32 `ids` (all in range);
     differentiating through them updates the rows of `ids` with the layer's
-    sparse optimizer (`layer.sparse_row_update`). `seen`: optional boolean
+    sparse optimizer (`layer.sparse_row_update`; torch:
+    `layer.table_optimizer.update_in_place`). `seen`: optional boolean
     mask of `ids`; the rows of entries where it is false are left unchanged
     (values and slots), as if those entries were not in the batch."""
     return native.growth.sparse_lookup(layer, ids, seen)
+
+
+def adam_rows_in_place(
+    rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
+):
+    """Adam's update of gathered `rows` and their `momentum` and `velocity`
+    slot rows, written into those tensors (fresh copies), with a constant
+    learning `rate` and `t = step + 1`: the arithmetic of
+    `SparseAdam.update` in torch operations (torch's eager backward pass,
+    where its `keras.ops` version costs a dozen eager Keras calls per
+    step). TensorFlow and JAX trace the update and never call it: they
+    raise `NotImplementedError`."""
+    native.growth.adam_rows_in_place(
+        rows,
+        momentum,
+        velocity,
+        grads,
+        step,
+        rate,
+        beta_1,
+        beta_2,
+        epsilon,
+    )
 
 
 def argsort_ids(ids, capacity):
@@ -138,19 +179,50 @@ def is_concrete(x):
     return native.growth.is_concrete(x)
 
 
+class _GrowthHook(steps.StepHook):
+    """Grows the tables of a model before each train step: the second of
+    the step hooks, after the input checks (`kmodels.contracts`)."""
+
+    order = 10
+
+    def __init__(self, controller, runner):
+        self.controller = controller
+        self._runner = runner
+
+    def before_step(self, step):
+        plan = self.controller.plan(step.batches)
+        if plan:
+            # During an epoch JAX keeps the state outside the variables:
+            # `step.variables()` writes it back and reads it again after.
+            with step.variables():
+                self.controller.apply(plan)
+            step.shapes_changed()
+        resets = self.controller.take_resets()
+        if resets:
+            # No shape changes: nothing is traced again.
+            with step.variables():
+                self.controller.apply_resets(resets)
+
+    def runner(self, step):
+        return self._runner
+
+
 def wrap_train_function(model, controller, retrace=False):
-    """Installs `controller` in front of `model.train_function`.
+    """Installs `controller` before each of `model`'s train steps, as a
+    `kmodels.backend.steps` hook.
 
     Before each compiled step, `controller.plan(batches)` gets the batches
     the step is about to consume (concrete data); when it returns a non-empty
-    plan, the model's state is written back to its variables (JAX),
-    `controller.apply(plan)` grows the tables, and the step is recompiled for
-    the new shapes. Then `controller.take_resets()` returns the rows to
-    restart (`{table: rows}`); when it is not empty the state is written
-    back (JAX) and `controller.apply_resets(resets)` writes them (no
-    recompilation: no shape changed). `retrace=True` drops the compiled
-    step of an earlier `fit` first: a table's rule changed
-    (`GrowableEmbedding.follow_optimizer`), and a traced step holds its
-    constants. Returns a function that removes the hook.
+    plan, `controller.apply(plan)` grows the tables (the model's variables
+    hold the running state meanwhile, also on JAX), and the step is traced
+    again where its compiled form is specialised on shapes. Then
+    `controller.take_resets()` returns the rows to restart (`{table:
+    rows}`), which `controller.apply_resets(resets)` writes. `retrace=True`
+    drops the compiled step of an earlier `fit` first: a table's rule
+    changed (`GrowableEmbedding.follow_optimizer`), and a traced step holds
+    its constants. Returns a function that removes the hook.
     """
-    return native.growth.wrap_train_function(model, controller, retrace)
+    runner = native.growth.train_step_runner(model, retrace)
+    hook = _GrowthHook(controller, runner)
+    steps.add_hook(model, "train", hook)
+    return functools.partial(steps.remove_hook, model, "train", hook)

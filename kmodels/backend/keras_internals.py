@@ -1,14 +1,58 @@
 """The Keras internals kmodels relies on, each behind one function.
 
 Keras 3 offers no public way to do what these functions do; each says why
-kmodels needs it. `backends_tests/keras_internals_test.py` pins their
-behaviour on the Keras versions the project is tested with, so that a Keras
-release that changes one fails there first, by name.
+kmodels needs it. This module (with its per-backend halves,
+`kmodels/backend/<backend>/keras_internals.py`) is the only place under
+`kmodels/` that names `keras.src` or a private Keras or keras-hub
+attribute: `backends_tests/keras_internals_lint_test.py` fails, naming the
+file and line, on any other.
+
+- `outermost_layer`: the layer whose call the current call runs inside.
+- `sublayers`: every layer inside a layer, recursively.
+- `inputs_struct`, `inbound_nodes`, `calls_in_graph`: a functional
+  model's input structure and the calls of its graph.
+- `in_stateless_scope`, `in_symbolic_scope`: the scope a call runs in.
+- `ask_to_proceed_with_overwrite`: Keras' overwrite prompt.
+- `is_backend_optimizer_module`: the module path of the per-backend
+  optimizer classes (torch's Adam) a saved compile config records.
+- `AutoJitCompileHook`: a model mixin that may turn XLA on where Keras'
+  `jit_compile="auto"` would not.
+- `get_keras_mask`, `set_keras_mask`: the mask a tensor carries.
+- `compute_output_spec`: a function's output specs, traced by the backend.
+- `mean_loss`: a per-example Keras loss function as a `keras.losses.Loss`.
+- `run_sampler_loop`, `sampler_loop_results`: a keras-hub sampler's loop,
+  run by the caller, and its final variables.
+- `learning_rate_or_schedule`: the learning rate an optimizer was given
+  (a schedule object, not its current value).
+
+The internals were checked against the versions in `CHECKED_VERSIONS`
+(major.minor). Under a newer Keras or keras-hub, importing this module
+warns once (`check_versions`), naming the functions that may break;
+`backends_tests/keras_internals_test.py` pins each function's behaviour
+and fails when the installed versions are not the checked ones, so that
+the pin is re-checked when the environment moves on.
 """
 
+import copy
+import importlib.metadata
+import re
+import warnings
+
+import keras
+from keras.src import backend as _backend
 from keras.src.backend.common import global_state
 from keras.src.backend.common import stateless_scope
 from keras.src.backend.common import symbolic_scope
+from keras.src.losses.losses import LossFunctionWrapper
+from keras.src.trainers.trainer import model_supports_jit
+from keras.src.utils import io_utils
+
+# The versions (major.minor) whose internals this module and its
+# per-backend halves were checked against.
+CHECKED_VERSIONS = {"keras": "3.15", "keras-hub": "0.32"}
+# The module path under which Keras keeps each backend's own optimizer
+# classes (`<prefix>torch.optimizers.torch_adam`).
+_BACKEND_OPTIMIZERS = "keras.src.backend."
 
 
 def outermost_layer():
@@ -77,3 +121,197 @@ def in_symbolic_scope():
     model or computing an output spec): there is no data to check. Keras
     exports no test for it."""
     return symbolic_scope.in_symbolic_scope()
+
+
+def ask_to_proceed_with_overwrite(path):
+    """Asks on the terminal whether to overwrite `path`, as Keras' own
+    `save(..., overwrite=False)` does; True to proceed. Keras exports the
+    option, not its prompt."""
+    return io_utils.ask_to_proceed_with_overwrite(path)
+
+
+def is_backend_optimizer_module(module):
+    """Whether `module` (the `"module"` entry of a serialized optimizer)
+    is where Keras keeps one backend's own optimizer classes: on torch,
+    `keras.optimizers.Adam` becomes such a class, which a saved compile
+    config records. Keras exports those classes under no public name."""
+    return isinstance(module, str) and module.startswith(_BACKEND_OPTIMIZERS)
+
+
+class AutoJitCompileHook:
+    """Mixin of a `keras.Model` (before it in the bases) whose
+    `jit_compile="auto"` may mean XLA where Keras' own choice is not to.
+
+    `_xla_when_auto()` returns True to ask for XLA: granted unless the
+    model runs under a `tf.distribute` strategy or one of its layers does
+    not support XLA (Keras' own tests); False leaves the choice to Keras.
+    Keras resolves "auto" in a private `Model` method, with no public hook:
+    this overrides it.
+    """
+
+    def _xla_when_auto(self):
+        return False
+
+    def _resolve_auto_jit_compile(self):
+        if (
+            self._xla_when_auto()
+            and not getattr(self, "_distribute_strategy", None)
+            and model_supports_jit(self)
+        ):
+            return True
+        return super()._resolve_auto_jit_compile()
+
+
+def get_keras_mask(x):
+    """The Keras mask tensor `x` carries, or `None`. Keras attaches masks
+    to tensors privately and exports no reader."""
+    return _backend.get_keras_mask(x)
+
+
+def set_keras_mask(x, mask):
+    """Attaches `mask` to tensor `x` as its Keras mask (`None` removes
+    it), as a masking layer's call does. Keras exports no writer."""
+    _backend.set_keras_mask(x, mask)
+
+
+def compute_output_spec(fn, *args, **kwargs):
+    """The output specs (`keras.KerasTensor`s) of `fn(*args, **kwargs)` on
+    `keras.KerasTensor` arguments, traced by the backend (`jax.eval_shape`,
+    a TensorFlow graph, torch meta tensors) without running it. Keras
+    exports it as a method of layers and operations only, which trace
+    their own `call`."""
+    return _backend.compute_output_spec(fn, *args, **kwargs)
+
+
+def mean_loss(fn):
+    """A `keras.losses.Loss` averaging the per-example values of Keras loss
+    function `fn` (`keras.losses.get("mse")`), with the ranks of targets
+    and predictions matched as `compile` does. Keras' wrapper class is
+    private."""
+    return LossFunctionWrapper(fn, name=fn.__name__)
+
+
+def run_sampler_loop(sampler, loop, next, prompt, **kwargs):
+    """Runs keras-hub `sampler` as `sampler(next, prompt, **kwargs)` with
+    `loop(cond, body, initial, maximum_iterations)` as its while loop, and
+    returns the loop's final variables (`sampler_loop_results` reads them).
+
+    `sampler` is not modified: a shallow copy of it runs. keras-hub
+    samplers return only the ids (the cache is dropped) and run their loop
+    on their own random state; `Sampler.run_loop`, the hook they call, is
+    undocumented: this overrides it on the copy.
+    """
+    sampler = copy.copy(sampler)
+    final = []
+
+    def run_loop(
+        cond, body, model=None, loop_vars=None, maximum_iterations=None
+    ):
+        values = tuple(loop(cond, body, tuple(loop_vars), maximum_iterations))
+        final.append(values)
+        return values
+
+    sampler.run_loop = run_loop
+    sampler(next, prompt, **kwargs)
+    return final[-1]
+
+
+def sampler_loop_results(values):
+    """`(prompt, cache, index, log_probs)` from the final loop variables of
+    a keras-hub sampler (`run_sampler_loop`); `log_probs` are a
+    `BeamSampler`'s search log-probabilities of its flattened beams, `None`
+    for other samplers. The order of the loop variables is private to
+    `Sampler.__call__` and `BeamSampler.__call__`."""
+    prompt, cache, index = values[:3]
+    log_probs = values[4] if len(values) > 4 else None
+    return prompt, cache, index, log_probs
+
+
+def learning_rate_or_schedule(optimizer):
+    """The learning rate Keras `optimizer` was given: its
+    `LearningRateSchedule` object, another callable, or the variable that
+    holds a constant rate. The public `optimizer.learning_rate` evaluates
+    a schedule at the current step; Keras keeps the schedule privately."""
+    return optimizer._learning_rate
+
+
+# ------------------------------------------------------------- version pin
+_warned = False
+
+
+def _distribution_version(*names):
+    # Nightly builds install under another distribution name.
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def installed_versions():
+    """The running versions of the packages in `CHECKED_VERSIONS`, by name
+    (`None` for one not installed). keras-hub's is read from its installed
+    metadata: importing it takes seconds."""
+    return {
+        "keras": keras.version(),
+        "keras-hub": _distribution_version("keras-hub", "keras-hub-nightly"),
+    }
+
+
+def _major_minor(version):
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def pinned_functions():
+    """The names of the functions (and classes) of this module that use
+    Keras or keras-hub internals, in the order they are defined."""
+    own = ("installed_versions", "pinned_functions", "check_versions")
+    return [
+        name
+        for name, value in globals().items()
+        if not name.startswith("_")
+        and name not in own
+        and callable(value)
+        and getattr(value, "__module__", None) == __name__
+    ]
+
+
+def check_versions():
+    """Warns once (a `UserWarning`) when the running Keras or keras-hub is
+    newer than `CHECKED_VERSIONS`, naming the functions that may break;
+    silent under the checked versions (and older ones, which
+    `pyproject.toml` refuses). Runs when this module is imported."""
+    global _warned
+    if _warned:
+        return
+    running = installed_versions()
+    newer = [
+        name
+        for name, checked in CHECKED_VERSIONS.items()
+        if _major_minor(running.get(name)) is not None
+        and _major_minor(running[name]) > _major_minor(checked)
+    ]
+    if not newer:
+        return
+    _warned = True
+    checked = " and ".join(f"{n} {v}.x" for n, v in CHECKED_VERSIONS.items())
+    runs = " and ".join(f"{n} {running[n]}" for n in newer)
+    warnings.warn(
+        f"kmodels' Keras internals were checked against {checked}; this "
+        f"process runs the newer {runs}. These functions of "
+        "kmodels.backend.keras_internals (and of its per-backend halves, "
+        "kmodels.backend.<backend>.keras_internals) use private Keras and "
+        "keras-hub APIs that a newer release may change, and may break: "
+        f"{', '.join(pinned_functions())}. If one fails, please report it "
+        "on the kmodels issue tracker with both versions; once "
+        "backends_tests/keras_internals_test.py passes on the new versions, "
+        "update CHECKED_VERSIONS in kmodels/backend/keras_internals.py.",
+        UserWarning,
+        stacklevel=2,
+    )
+
+
+# Last in the module: the warning names every function above it.
+check_versions()

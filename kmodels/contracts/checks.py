@@ -15,12 +15,12 @@ import warnings
 import keras
 import numpy as np
 from keras import ops
-from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 
 from kmodels.arguments import check_int
 from kmodels.backend import growth as growth_backend
 from kmodels.backend import keras_internals
 from kmodels.backend.contracts import local_numpy
+from kmodels.backend.keras_internals import in_symbolic_scope
 
 _STATE = threading.local()
 _INT32_LIMIT = 2**31

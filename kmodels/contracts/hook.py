@@ -9,8 +9,8 @@ Two places check the data, both before any compiled step sees it:
   before Keras converts anything: an empty `(0, s)` batch, which runs no
   step at all, and int64 ids that JAX would wrap to int32 are caught there;
 - the model's train, test and predict functions check each batch they are
-  about to consume (data sets, generators), through
-  `kmodels.backend.contracts.wrap_step_function`.
+  about to consume (data sets, generators): a `kmodels.backend.steps`
+  hook, the first of each step.
 
 kmodels' own models have both by construction (`ContractModel`); a user's
 `keras.Model` gets them from `enforce`, which kmodels calls by itself the
@@ -33,8 +33,8 @@ import keras
 import numpy as np
 
 from kmodels.backend import keras_internals
+from kmodels.backend import steps
 from kmodels.backend.contracts import local_numpy
-from kmodels.backend.contracts import wrap_step_function
 from kmodels.backend.replicas import in_replica_function
 from kmodels.contracts import checks
 from kmodels.contracts.structure import path_to
@@ -185,19 +185,29 @@ def _entry(model, name, x, y, training):
         return stack.pop_all()
 
 
-def _step_checker(model):
-    def check(batches, training):
+class _ContractHook(steps.StepHook):
+    """Checks the batches of each compiled step of a model against the
+    contracts of its kmodels layers, first of the model's step hooks; the
+    step then runs inside `checks.checked()` (the layers skip their own
+    checks)."""
+
+    order = 0
+    key = "kmodels.contracts"
+
+    def before_step(self, step):
+        model = step.model
         if id(model) in _PRECHECKED.get():
             return
-        for batch in batches:
+        for batch in step.batches:
             # As NumPy: a batch split between replicas or processes is
             # read where it lies (`local_numpy`).
             x, y, _ = keras.utils.unpack_x_y_sample_weight(
                 keras.tree.map_structure(_local, batch)
             )
-            model._kmodels_check_batch(x, y, training)
+            model._kmodels_check_batch(x, y, step.training)
 
-    return check
+    def scope(self):
+        return checks.checked()
 
 
 def _local(value):
@@ -205,7 +215,7 @@ def _local(value):
 
 
 def install_step_hook(model, kind):
-    wrap_step_function(model, kind, _step_checker(model), checks.checked)
+    steps.add_hook(model, kind, _ContractHook())
 
 
 class ContractModel:

@@ -7,9 +7,9 @@ import dataclasses
 import keras
 import numpy as np
 from keras import ops
-from keras.src.losses.losses import LossFunctionWrapper
 
 from kmodels.backend import growth as growth_backend
+from kmodels.backend import keras_internals
 from kmodels.backend.gradients import variable_gradients
 from kmodels.growable.embedding import GrowableEmbedding
 
@@ -174,7 +174,7 @@ def _resolve_loss(model, loss):
     ).startswith("keras."):
         # A Keras loss function (a name resolves to one) returns one value
         # per example: averaged, as `compile` does.
-        loss = LossFunctionWrapper(loss, name=loss.__name__)
+        loss = keras_internals.mean_loss(loss)
     return loss
 
 
@@ -185,7 +185,7 @@ def _reported_variables(model):
     every trainable `GrowableEmbedding` (non-trainable on TensorFlow and
     torch, where its own optimizer writes it in place)."""
     tables, internal = set(), set()
-    for layer in model._flatten_layers(include_self=False):
+    for layer in keras_internals.sublayers(model):
         if isinstance(layer, GrowableEmbedding) and layer.built:
             internal.update(id(v) for v in layer.slot_variables)
             internal.update((id(layer.step), id(layer.embeddings)))
@@ -208,13 +208,9 @@ def _consumers(model):
     """`id(layer) -> layers that take its output`, for functional models."""
     consumers = {}
     for op in getattr(model, "operations", []):
-        for node in getattr(op, "_inbound_nodes", []):
-            for tensor in node.input_tensors:
-                history = getattr(tensor, "_keras_history", None)
-                if history is None:
-                    continue
-                producer = history.operation
-                consumers.setdefault(id(producer), []).append(op)
+        for node in keras_internals.inbound_nodes(op):
+            for parent in node.parent_nodes:
+                consumers.setdefault(id(parent.operation), []).append(op)
     return consumers
 
 
@@ -368,7 +364,7 @@ def _model_state_kept(model):
         variables += list(optimizer.variables)
     tables = [
         layer
-        for layer in model._flatten_layers(include_self=False)
+        for layer in keras_internals.sublayers(model)
         if isinstance(layer, GrowableEmbedding)
     ]
     logs = [len(t.growth_log) for t in tables]

@@ -1,11 +1,10 @@
-"""Raw keys in, model outputs out: `KeyIndex` lookups as TensorFlow tables,
-and a TensorFlow SavedModel with the lookups inside.
+"""Raw keys in, model outputs out: a TensorFlow SavedModel of a model fed by
+`KeyIndex` rows, with the index lookups inside.
 
-`KeyTable` is the TensorFlow side of a frozen `KeyIndex`: a static hash
-table from the index's keys to their rows, unknown keys to its `oov_row`
-(`KeyIndex.lookup_layer()` builds one). It runs TensorFlow ops, like
-`keras.layers.StringLookup`: in a `tf.data` pipeline on every backend, or
-in a TensorFlow graph, not inside a model compiled by JAX or torch.
+Each keyed input is looked up in the `KeyTable` of its index
+(`kmodels.growable.key_table`, what `KeyIndex.lookup_layer()` builds): a
+TensorFlow static hash table from the index's keys to their rows, unknown
+keys to its `oov_row`.
 
 Only TensorFlow writes a SavedModel, so `export_keyed(folder, export_path)`
 runs in a subprocess with `KERAS_BACKEND=tensorflow`, whatever the caller's
@@ -18,8 +17,8 @@ each keyed input, the saved state of its `KeyIndex`
 (`FOLDER/keys.json`: `{"keyed": {input name: {"index": serialized
 index, "state": file}}}`, each state file an `.npz` of the index's
 weight-store entries, checksums included), and writes the SavedModel.
-Importing this module imports no backend; TensorFlow is imported where a
-table is built or an export runs.
+Importing this module imports no TensorFlow; TensorFlow is imported where
+a table is built or an export runs.
 """
 
 import argparse
@@ -96,7 +95,7 @@ def _export(folder, export_path):
     for name, tensor in zip(names, tensors):
         dtype = tensor.dtype
         if name in tables:
-            dtype = tables[name]._tf_dtype
+            dtype = tables[name].table.key_dtype
         specs.append(tf.TensorSpec(tensor.shape, dtype, name=name))
 
     def serve(*features):

@@ -9,7 +9,7 @@ Only TensorFlow writes a SavedModel, so the export runs in a subprocess with
 
 which loads the bundle's `translator.keras` (weights are portable across
 backends) and `text.json`, and writes the SavedModel. Importing this module
-imports no backend; only the functions that build graphs (`tokenizer`,
+imports no TensorFlow; only the functions that build graphs (`tokenizer`,
 `detokenizer`, the subprocess's `_export`) import TensorFlow.
 
 The exported `translate` function re-expresses, with core TensorFlow ops
@@ -34,7 +34,7 @@ decodes:
    first, vectorised over every character of every word of the batch (see
    `_word_pieces`); the first `max_length - 2` pieces kept. Then
    `[START]`/`[END]` added, padded with 0.
-4. `Translator._generate_loop` (greedy) in the same graph.
+4. `Translator.generate_step` (greedy) in the same graph.
 5. Ids to tokens: a leading `[START]` dropped, cut at the first `[END]` or
    padding, `##` pieces glued to the piece before them (subwords), joined
    with the bundle's separator.
@@ -53,8 +53,14 @@ import re
 import unicodedata
 
 from kmodels.export.tensorflow_process import run_in_tensorflow
+from kmodels.seq2seq.masking import PAD_ID
+from kmodels.seq2seq.text_processor import END_ID
+from kmodels.seq2seq.text_processor import START_ID
+from kmodels.seq2seq.text_processor import SUFFIX
+from kmodels.seq2seq.text_processor import UNK_ID
+from kmodels.seq2seq.text_processor import WORD_PIECE_PAD
 
-# The bundle's files (`kmodels.seq2seq.text_translator` writes them).
+# The bundle's files (`TextTranslator.save` writes them, under these names).
 MODEL_FILE = "translator.keras"
 TEXT_FILE = "text.json"
 # `TextProcessor` configuration keys this exporter re-expresses, and the
@@ -64,12 +70,8 @@ SUPPORTED_KEYS = frozenset(
     ("max_length", "punctuation", "keep_digits", "split_digits", "vocabulary")
 )
 SUPPORTED_VALUES = {"tokenizer": ("word", "wordpiece")}
-# The reserved tokens' ids (`kmodels.seq2seq.text_processor`).
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
-# WordPiece: the continuation marker, keras-hub's name of the padding id
-# (`TextProcessor.set_vocabulary`) and its longest word (longer: `[UNK]`).
-SUFFIX = "##"
-WORD_PIECE_PAD = "[PAD]"
+# WordPiece's longest word in UTF-8 bytes (longer: `[UNK]`): keras-hub's
+# `MAX_BYTES_PER_WORD`, in a private module of keras-hub.
 MAX_BYTES_PER_WORD = 100
 ENDPOINT = "translate"
 
@@ -385,14 +387,7 @@ def _export(bundle_path, export_path, max_length=None):
 
     def translate(texts):
         tokens, empty = tokenize(texts)
-        batch = tf.shape(tokens)[0]
-        ids, _ = model._generate_loop(
-            tokens,
-            tf.zeros([batch, max_length]),
-            tf.constant(1.0),
-            max_length,
-            False,
-        )
+        ids, _ = model.generate_step(tokens, max_length)
         return tf.where(empty, "", detokenize(tf.cast(ids, tf.int32)))
 
     # Variables and lookup tables are tracked by the module (so saved with

@@ -14,7 +14,7 @@ def run_in_tensorflow(module, arguments, what):
     """Runs `python -m module *arguments` under the TensorFlow backend.
 
     Args:
-        module: str, the module to run (`kmodels.backend.common.<name>`).
+        module: str, the module to run (`kmodels.export.<name>`).
         arguments: list of str.
         what: str naming the work for the error (`"the translator"`).
 
@@ -22,9 +22,8 @@ def run_in_tensorflow(module, arguments, what):
         RuntimeError: the subprocess failed; the message ends with its
             error output.
     """
-    root = os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-    )
+    # The folder holding the `kmodels` package (kmodels/export/<this file>).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONPATH"] = os.pathsep.join(

@@ -7,7 +7,7 @@ from kmodels.backend import growth as growth_backend
 from kmodels.backend import keras_internals
 from kmodels.contracts.structure import path_to
 from kmodels.growable.embedding import GrowableEmbedding
-from kmodels.growable.embedding import repeated_call_error
+from kmodels.growable.lookup import repeated_call_error
 
 
 class EmbeddingGrowth(keras.callbacks.Callback):
@@ -112,7 +112,7 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         model = self._growth_model
         self._tables = [
             layer
-            for layer in model._flatten_layers(include_self=False)
+            for layer in keras_internals.sublayers(model)
             if isinstance(layer, GrowableEmbedding)
         ]
         if not self._tables:
@@ -242,9 +242,9 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             return given
         if given is not None:
             return lambda x, key=given: x[key]
-        struct = getattr(model, "_inputs_struct", None)
+        struct = keras_internals.inputs_struct(model)
         if struct is not None:
-            for node in table._inbound_nodes:
+            for node in keras_internals.inbound_nodes(table):
                 # The ids only (not a bag's `weights`); a table shared by
                 # several features takes a list of ids in one call.
                 found = [path_to(struct, tensor) for tensor in _node_ids(node)]

@@ -7,6 +7,7 @@ import tempfile
 import keras
 import numpy as np
 
+from kmodels.backend.keras_internals import inbound_nodes
 from kmodels.export.keyed_saved_model import KEYS_FILE
 from kmodels.export.keyed_saved_model import MODEL_FILE
 from kmodels.export.keyed_saved_model import export_keyed
@@ -140,7 +141,7 @@ def _attached_indexes(model, inputs):
         index = getattr(layer, "key_index", None)
         if not isinstance(index, KeyIndex):
             continue
-        for node in layer._inbound_nodes:
+        for node in inbound_nodes(layer):
             # The ids: the first call argument (a tensor, or a list of
             # features sharing the table), not `weights`.
             for tensor in keras.tree.flatten(node.arguments.args[:1]):

@@ -8,7 +8,8 @@ import shutil
 import tempfile
 
 import keras
-from keras.src.utils.io_utils import ask_to_proceed_with_overwrite
+
+from kmodels.backend import keras_internals
 
 # Prefix of the hidden working folder a save creates next to its target; a
 # process killed mid-save (the only way one survives) leaves it behind.
@@ -387,7 +388,7 @@ def save_model(model, filepath, overwrite=True, zipped=None, **kwargs):
     if layout:
         check_replaceable(filepath, layout, what)
     if os.path.exists(filepath) and not overwrite:
-        if not ask_to_proceed_with_overwrite(filepath):
+        if not keras_internals.ask_to_proceed_with_overwrite(filepath):
             return None
 
     def write(staged):

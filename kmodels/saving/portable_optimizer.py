@@ -9,21 +9,20 @@ import zipfile
 
 import keras
 
-# Keras' backends keep their own optimizer classes here; torch swaps
-# `keras.optimizers.Adam` for `keras.src.backend.torch.optimizers.torch_adam
-# .Adam` (and so for SGD, RMSprop, AdamW...) and a saved config records that
-# class, which TensorFlow and JAX then rebuild and fail to train with.
-_BACKEND_MODULES = "keras.src.backend."
+from kmodels.backend import keras_internals
 
 
 def _portable_class_name(config):
+    # Torch swaps `keras.optimizers.Adam` for its own Adam class (and so for
+    # SGD, RMSprop, AdamW...), kept in a backend module of Keras; a saved
+    # config records that class, which TensorFlow and JAX then rebuild and
+    # fail to train with.
     if not isinstance(config, dict):
         return None
     module = config.get("module")
     name = config.get("class_name")
     if not (
-        isinstance(module, str)
-        and module.startswith(_BACKEND_MODULES)
+        keras_internals.is_backend_optimizer_module(module)
         and isinstance(name, str)
     ):
         return None
@@ -51,8 +50,8 @@ def portable_compile_config(config):
     """Returns `config` with every backend-specific optimizer class replaced
     by the `keras.optimizers` class it specialises.
 
-    On torch, `model.compile(optimizer="adam")` makes a
-    `keras.src.backend.torch.optimizers.torch_adam.Adam`, and
+    On torch, `model.compile(optimizer="adam")` makes torch's own Adam
+    class, a subclass kept in a backend module of Keras, and
     `model.get_compile_config()` (hence every `.keras` file) records that
     module. Loaded on TensorFlow or JAX, the model predicts the same, but
     the torch optimizer is rebuilt and the next `fit` raises a `TypeError`.
@@ -71,10 +70,9 @@ def portable_compile_config(config):
 
     Example:
 
-    >>> config = {"optimizer": {"module":
-    ...     "keras.src.backend.torch.optimizers.torch_adam",
-    ...     "class_name": "Adam", "config": {}, "registered_name": "Adam"}}
-    >>> portable_compile_config(config)["optimizer"]["module"]
+    >>> model.compile(optimizer="adam")  # on torch: torch's own Adam
+    >>> config = portable_compile_config(model.get_compile_config())
+    >>> config["optimizer"]["module"]
     'keras.optimizers'
     """
     if not config:

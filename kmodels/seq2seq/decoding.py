@@ -4,7 +4,9 @@
 compiled with the caller's function on TensorFlow and JAX); this module
 turns a `Translator` into the `next(prompt, cache, index)` step function
 they call, with the decoder's GRU state as the cache, and reads back what a
-sampler does not return (the final cache: attention weights and scores).
+sampler does not return (the final cache: attention weights and scores;
+`kmodels.backend.keras_internals.run_sampler_loop`). The arguments are
+checked, and the sampler resolved, first: `kmodels.seq2seq.sampling`.
 
 The prompt is `[start_id]` followed by `max_length` free positions; the
 sampler writes one id per step. The step function encodes the
@@ -22,7 +24,8 @@ Each call is independent of every other: the sampler's random stream (its
 output, threaded through the loop under a `keras.StatelessScope`, and the
 sampler object a call runs is its own shallow copy. Concurrent seeded calls
 give the serial result; the compiled loop (`compile_loop`) is shared, and
-cached per model by the sampler's configuration (`Plan.key`), at most
+cached per model by the sampler's configuration
+(`kmodels.seq2seq.sampling.Plan.key`), at most
 `MAX_LOOPS` of them.
 
 On torch, where the samplers' loops run eagerly, greedy decoding and beam
@@ -32,24 +35,21 @@ or `BeamSampler` instance) run natively instead
 layers' variables.
 """
 
-import copy
-import math
-import numbers
-import random
-
 import keras
 import keras_hub
 import numpy as np
 from keras import ops
 
-from kmodels.arguments import ArgumentTypeError
-from kmodels.arguments import check_bool
-from kmodels.arguments import check_float
-from kmodels.arguments import check_int
-from kmodels.arguments import check_optional_int
 from kmodels.backend import decoding as native_decoding
+from kmodels.backend import keras_internals
 from kmodels.backend.compiled import compile_inference_loop
 from kmodels.seq2seq.masking import padding_mask
+
+# The argument checks `generate` runs first, with the sampler's plan.
+from kmodels.seq2seq.sampling import check_max_length as check_max_length
+from kmodels.seq2seq.sampling import check_seed as check_seed
+from kmodels.seq2seq.sampling import check_temperature as check_temperature
+from kmodels.seq2seq.sampling import plan as plan
 
 # Compiled generation loops kept per `Translator` (as the eager calls of
 # `kmodels.seq2seq.eager_cache`); the least recently used is dropped first.
@@ -62,276 +62,6 @@ NEG_INF = float("-inf")
 _PLACEHOLDER_LOG_PROB = -1e8
 # The largest float32: a larger (finite) temperature is taken as this one.
 _MAX_TEMPERATURE = float(np.finfo("float32").max)
-_LARGEST_SEED = 2**31 - 1
-
-# Sampler name: (keras-hub class, its keyword arguments, samples randomly).
-SAMPLERS = {
-    "greedy": (keras_hub.samplers.GreedySampler, (), False),
-    "random": (keras_hub.samplers.RandomSampler, (), True),
-    "top_k": (keras_hub.samplers.TopKSampler, ("k",), True),
-    "top_p": (keras_hub.samplers.TopPSampler, ("p", "k"), True),
-    "beam": (
-        keras_hub.samplers.BeamSampler,
-        ("num_beams", "return_all_beams"),
-        False,
-    ),
-}
-_DEFAULTS = {
-    "top_k": {"k": 5},
-    "top_p": {"p": 0.1, "k": None},
-    "beam": {"num_beams": 4, "return_all_beams": False},
-}
-# The samplers that take a `seed` (their `SeedGenerator`'s).
-_SEEDED = (
-    keras_hub.samplers.RandomSampler,
-    keras_hub.samplers.TopKSampler,
-    keras_hub.samplers.TopPSampler,
-)
-# Configuration entries that are inputs of the compiled loop, not part of
-# its key: the temperature (a tensor) and the seed (the stream's state).
-_INPUTS = ("temperature", "seed")
-
-
-def check_max_length(max_length, owner):
-    """Returns `max_length` as an int >= 1; an `ArgumentTypeError` (a
-    `TypeError`) for anything but an integer (`2.7`, `"3"`, `True`, `None`,
-    NaN), a `ValueError` below 1."""
-    return check_int(max_length, "max_length", owner, 1, type_error=True)
-
-
-def check_seed(seed, owner):
-    """Returns `seed` as an int in `[0, 2**31)`, or `None`."""
-    return check_optional_int(
-        seed, "seed", owner, 0, _LARGEST_SEED, type_error=True
-    )
-
-
-def check_temperature(temperature, owner):
-    """Returns `temperature` as a finite float >= 0, or `None`; an
-    `ArgumentTypeError` (a `TypeError`) for anything but a real number
-    (`"0.5"`, `True`), a `ValueError` for a negative or non-finite one."""
-    if temperature is None:
-        return None
-    described = f"{temperature!r} ({type(temperature).__name__})"
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(
-        temperature, (numbers.Real, np.floating, np.integer)
-    ):
-        raise ArgumentTypeError(
-            f"{owner}: temperature must be >= 0 and finite, or None; got "
-            f"{described}."
-        )
-    value = float(temperature)
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(
-            f"{owner}: temperature must be >= 0 and finite, or None; got "
-            f"{described}."
-        )
-    return value
-
-
-class Plan:
-    """A checked decoding request: the sampler configuration of its
-    compiled loop and the inputs of one call.
-
-    Attributes:
-        key: hashable; equal keys share a compiled loop. The sampler's
-            class and configuration without its temperature and seed
-            (inputs of the loop), so a name and an equal instance, or two
-            equal instances, share one.
-        build: makes the loop's own sampler (temperature 1; beam search
-            with `return_all_beams`).
-        num_beams: int, 1 unless beam search.
-        return_all_beams: bool.
-        temperature: float > 0, what the logits are divided by (an input
-            of the compiled loop: no retrace per temperature).
-        unit_temperature: bool, beam search at temperature 1, whose search
-            log-probabilities are the scores (part of the key).
-        scaled: bool, the logits are divided by the temperature (not for
-            greedy decoding, nor beam search at temperature 1).
-        seed: the seed the sampler's stream starts from, or `None`.
-        stream: the caller's sampler instance, whose stream the call
-            continues (without `seed`) and advances; `None` for a name.
-    """
-
-    def __init__(self, cls, config, temperature, seed, stream):
-        config = {k: v for k, v in config.items() if k not in _INPUTS}
-        beam = issubclass(cls, keras_hub.samplers.BeamSampler)
-        self.num_beams = config["num_beams"] if beam else 1
-        self.return_all_beams = config["return_all_beams"] if beam else False
-        self.temperature = temperature
-        self.unit_temperature = beam and temperature == 1.0
-        # Greedy decoding takes the argmax, the same at any temperature.
-        self.scaled = not (
-            self.unit_temperature
-            or issubclass(cls, keras_hub.samplers.GreedySampler)
-        )
-        self.key = (cls, _freeze(config), self.unit_temperature)
-        self.seed = seed
-        self.stream = stream
-        built = dict(config, temperature=1.0)
-        if issubclass(cls, _SEEDED):
-            # Its stream is an input of the loop; a fixed seed keeps a new
-            # loop from drawing one from Python's `random` (the caller's).
-            built["seed"] = 0
-        if beam:
-            # All beams and their log-probabilities are read from the loop.
-            built["return_all_beams"] = True
-        self.build = lambda: cls.from_config(built)
-
-
-def _freeze(value):
-    """A hashable form of a sampler configuration."""
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return (type(value).__name__, value)
-
-
-def plan(sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner):
-    """Checks the sampler arguments of `Translator.generate` and returns a
-    `Plan`; raises a `ValueError` naming the argument otherwise (an
-    `ArgumentTypeError`, also a `TypeError`, for a wrong type).
-
-    `sampler=None` keeps the behaviour of the temperature-only API: greedy
-    at `temperature` 0 (or `None`), random sampling at a temperature > 0.
-    A sampler instance is checked as its name is (`k`, `p`, `num_beams`,
-    `return_all_beams`), and its temperature must be finite and > 0.
-    """
-    seed = check_seed(seed, owner)
-    temperature = check_temperature(temperature, owner)
-    if sampler is None:
-        sampler = "random" if temperature else "greedy"
-    if isinstance(sampler, keras_hub.samplers.Sampler):
-        return _instance_plan(
-            sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner
-        )
-    if not isinstance(sampler, str) or sampler not in SAMPLERS:
-        error = ValueError if isinstance(sampler, str) else ArgumentTypeError
-        raise error(
-            f"{owner}: `sampler` must be one of {tuple(SAMPLERS)} or a "
-            "keras_hub.samplers.Sampler; got "
-            f"{sampler!r} ({type(sampler).__name__})."
-        )
-    cls, names, random_ = SAMPLERS[sampler]
-    unknown = sorted(set(sampler_kwargs) - set(names))
-    if unknown:
-        allowed = ", ".join(names) if names else "none"
-        raise ValueError(
-            f"{owner}: sampler={sampler!r} takes no argument "
-            f"{', '.join(map(repr, unknown))}; its arguments: {allowed}. "
-            "(`temperature` and `seed` are arguments of generate itself.)"
-        )
-    kwargs = dict(_DEFAULTS.get(sampler, {}), **sampler_kwargs)
-    kwargs = _check_config(
-        cls, kwargs, vocabulary_size, f"{owner} (sampler={sampler!r})"
-    )
-    if random_:
-        if temperature is None:
-            temperature = 1.0
-        if temperature == 0.0:
-            raise ValueError(
-                f"{owner}: sampler={sampler!r} needs a temperature > 0 "
-                "(1.0 leaves the logits unscaled); got 0.0. For argmax "
-                "decoding use sampler='greedy'."
-            )
-        if seed is None:
-            # Each call draws afresh (from Python's `random`, which
-            # `keras.utils.set_random_seed` seeds).
-            seed = random.randint(0, _LARGEST_SEED)
-    else:
-        if temperature:
-            raise ValueError(
-                f"{owner}: sampler={sampler!r} is deterministic and takes no "
-                f"temperature; got {temperature}. Sampling at a "
-                "temperature: sampler='random', 'top_k' or 'top_p'."
-            )
-        seed, temperature = None, 1.0
-    return Plan(cls, kwargs, temperature, seed, None)
-
-
-def _check_config(cls, config, vocabulary_size, where):
-    """Checks the arguments of a sampler of class `cls` (a name's keyword
-    arguments or an instance's configuration) and returns them."""
-    samplers = keras_hub.samplers
-    # The padding id is never a candidate: vocabulary_size - 1 ids remain.
-    ids = vocabulary_size - 1
-    config = dict(config)
-    if issubclass(cls, samplers.TopPSampler):
-        config["p"] = check_float(
-            config["p"],
-            "p",
-            where,
-            0.0,
-            1.0,
-            exclusive_minimum=True,
-            type_error=True,
-        )
-        config["k"] = check_optional_int(
-            config["k"], "k", where, 1, ids, type_error=True
-        )
-    elif issubclass(cls, samplers.TopKSampler):
-        config["k"] = check_int(
-            config["k"], "k", where, 1, ids, type_error=True
-        )
-    elif issubclass(cls, samplers.BeamSampler):
-        config["num_beams"] = check_int(
-            config["num_beams"], "num_beams", where, type_error=True
-        )
-        config["return_all_beams"] = check_bool(
-            config["return_all_beams"],
-            "return_all_beams",
-            where,
-            type_error=True,
-        )
-    return config
-
-
-def _instance_plan(
-    sampler, temperature, seed, sampler_kwargs, vocabulary, owner
-):
-    if sampler_kwargs:
-        raise ValueError(
-            f"{owner}: sampler arguments {sorted(sampler_kwargs)} go to the "
-            f"sampler's constructor when `sampler` is an instance "
-            f"({type(sampler).__name__})."
-        )
-    if temperature:
-        raise ValueError(
-            f"{owner}: set the temperature on the sampler instance "
-            f"({type(sampler).__name__}(temperature=...)); got "
-            f"temperature={temperature} as well."
-        )
-    unsupported = (
-        keras_hub.samplers.ContrastiveSampler,
-        keras_hub.samplers.SpeculativeSampler,
-    )
-    if isinstance(sampler, unsupported):
-        raise ValueError(
-            f"{owner}: {type(sampler).__name__} needs the hidden states of "
-            "a causal language model and is not supported; use a name or "
-            "a Greedy, Random, TopK, TopP or Beam sampler."
-        )
-    cls = type(sampler)
-    where = f"{owner} (sampler={cls.__name__})"
-    config = sampler.get_config()
-    temperature = check_float(
-        config.get("temperature", sampler.temperature),
-        "temperature",
-        where,
-        0.0,
-        exclusive_minimum=True,
-        type_error=True,
-    )
-    config = _check_config(cls, config, vocabulary, where)
-    stream = sampler if sampler.variables else None
-    if stream is None:
-        seed = None
-    return Plan(cls, config, temperature, seed, stream)
 
 
 def loop_count(model):
@@ -395,13 +125,12 @@ def call_loop(loop, request, tokens):
     return outputs
 
 
-class _Loop:
-    """The `run_loop` of one call's sampler: keras-hub's loop with the
-    sampler's random state as loop variables (as keras-hub does on JAX),
-    the state read from `states` and written to `self.states` instead of
-    the sampler's variables, so that calls share nothing. The final loop
-    variables are kept in `self.loop_vars` (samplers return only the ids;
-    the attention weights and the scores live in the cache)."""
+class _StatefulLoop:
+    """The while loop of one call's sampler
+    (`keras_internals.run_sampler_loop`): the sampler's random state rides
+    in the loop variables (as keras-hub does on JAX), read from `states`
+    and written to `self.states` instead of the sampler's variables, so
+    that calls share nothing."""
 
     def __init__(self, sampler, states, reads):
         self.variables = sampler.variables
@@ -409,44 +138,34 @@ class _Loop:
         # Model variables the step reads through Keras layers, with their
         # values (on JAX, the compiled function's inputs).
         self.reads = reads
-        self.loop_vars = None
 
-    def __call__(
-        self, cond, body, model=None, loop_vars=None, maximum_iterations=None
-    ):
+    def __call__(self, cond, body, initial, maximum_iterations):
         if not self.variables:
-            self.loop_vars = tuple(
-                ops.while_loop(
-                    cond,
-                    body,
-                    loop_vars,
-                    maximum_iterations=maximum_iterations,
-                )
+            return ops.while_loop(
+                cond, body, initial, maximum_iterations=maximum_iterations
             )
-            return self.loop_vars
         variables = self.variables
 
-        def stateful_cond(states, *loop_vars):
-            return cond(*loop_vars)
+        def stateful_cond(states, *values):
+            return cond(*values)
 
-        def stateful_body(states, *loop_vars):
+        def stateful_body(states, *values):
             mapping = list(zip(variables, states)) + self.reads
             with keras.StatelessScope(
                 state_mapping=mapping, initialize_variables=False
             ) as scope:
-                loop_vars = body(*loop_vars)
+                values = body(*values)
             states = [scope.get_current_value(v) for v in variables]
-            return (states, *loop_vars)
+            return (states, *values)
 
-        states, *loop_vars = ops.while_loop(
+        states, *values = ops.while_loop(
             stateful_cond,
             stateful_body,
-            (self.states, *loop_vars),
+            (self.states, *initial),
             maximum_iterations=maximum_iterations,
         )
         self.states = list(states)
-        self.loop_vars = tuple(loop_vars)
-        return self.loop_vars
+        return values
 
 
 def decode(
@@ -607,11 +326,12 @@ def decode(
     reads = []
     if native_step is None:
         reads = [(v, ops.convert_to_tensor(v)) for v in model.variables]
-    # This call's own sampler: keras-hub's loop with the random state in
-    # the loop variables, on this call's `states`.
-    sampler = copy.copy(sampler)
-    capture = sampler.run_loop = _Loop(sampler, states, reads)
-    sampler(
+    # keras-hub's loop with the random state in the loop variables, on
+    # this call's `states`, run by this call's own copy of the sampler.
+    loop = _StatefulLoop(sampler, states, reads)
+    final = keras_internals.run_sampler_loop(
+        sampler,
+        loop,
         next_logits,
         prompt,
         cache=cache,
@@ -619,10 +339,11 @@ def decode(
         # Only the start id is given (the other positions hold 0).
         mask=ops.not_equal(prompt, 0),
         stop_token_ids=(end_id,),
-        model=model,
     )
-    states = capture.states
-    prompt, cache, index = capture.loop_vars[:3]
+    states = loop.states
+    prompt, cache, index, search_log_probs = (
+        keras_internals.sampler_loop_results(final)
+    )
     _, log_probs, score, attention = cache
     if not search_scores:
         last = prompt[:, index - 1]
@@ -637,7 +358,6 @@ def decode(
         sampler, keras_hub.samplers.BeamSampler
     ):
         return (ids, attention, score), states
-    search_log_probs = capture.loop_vars[4]
     if search_scores:
         score = ops.cast(search_log_probs, "float32")
     score = ops.where(

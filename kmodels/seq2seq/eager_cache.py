@@ -35,10 +35,10 @@ import weakref
 
 import keras
 import numpy as np
-from keras.src.backend import get_keras_mask
-from keras.src.backend import set_keras_mask
 
 from kmodels.backend import compiled
+from kmodels.backend.keras_internals import get_keras_mask
+from kmodels.backend.keras_internals import set_keras_mask
 from kmodels.contracts.checks import guarded_call
 from kmodels.contracts.checks import inputs_checked
 

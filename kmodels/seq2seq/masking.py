@@ -1,18 +1,19 @@
 """Explicit padding masks for the seq2seq layers.
 
-Keras 3 carries masks as metadata on tensors (`_keras_mask`), and some layers
-edit that metadata in place: `MultiHeadAttention.call` deletes the mask of its
-`value`, so a context tensor used twice loses its padding mask on the second
-call. The seq2seq layers therefore compute masks from token ids (id 0 is
-padding) and pass them explicitly; these helpers keep the Keras metadata of
-the caller's tensors unchanged.
+Keras 3 carries masks as metadata on tensors, and some layers edit that
+metadata in place: `MultiHeadAttention.call` deletes the mask of its `value`,
+so a context tensor used twice loses its padding mask on the second call.
+The seq2seq layers therefore compute masks from token ids (id 0 is padding)
+and pass them explicitly; these helpers keep the Keras metadata of the
+caller's tensors unchanged.
 """
 
 import contextlib
 
 from keras import ops
-from keras.src.backend import get_keras_mask
-from keras.src.backend import set_keras_mask
+
+from kmodels.backend.keras_internals import get_keras_mask
+from kmodels.backend.keras_internals import set_keras_mask
 
 PAD_ID = 0
 

@@ -23,9 +23,14 @@ import numpy as np
 
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
+from kmodels.seq2seq.masking import PAD_ID
 
 PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
+# The reserved tokens' ids, their places in RESERVED (PAD_ID is 0).
+UNK_ID, START_ID, END_ID = 1, 2, 3
+# The padding token's name in the WordPiece vocabulary (`set_vocabulary`).
+WORD_PIECE_PAD = "[PAD]"
 TOKENIZERS = ("word", "wordpiece")
 # Marks a WordPiece that continues the previous one: "cats" -> cat ##s.
 SUFFIX = "##"
@@ -395,7 +400,7 @@ class TextProcessor:
             # a piece anyway, so keras-hub gets a name that no standardised
             # word can equal (it is upper case).
             self._word_piece = keras_hub.tokenizers.WordPieceTokenizer(
-                vocabulary=["[PAD]", *vocabulary[1:]],
+                vocabulary=[WORD_PIECE_PAD, *vocabulary[1:]],
                 lowercase=False,
                 strip_accents=False,
                 split=False,
@@ -419,10 +424,10 @@ class TextProcessor:
         self._check_adapted()
         return len(self._vocabulary)
 
-    pad_id = 0
-    unk_id = 1
-    start_id = 2
-    end_id = 3
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    start_id = START_ID
+    end_id = END_ID
 
     def _check_adapted(self):
         if self._vocabulary is None:

@@ -22,8 +22,9 @@ from kmodels.seq2seq import decoding
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
 
-# A saved bundle's folder holds exactly these.
-_BUNDLE_FILES = ("translator.keras", "text.json")
+# A saved bundle's folder holds exactly these (named once, for the
+# exporter that reads the bundle too).
+_BUNDLE_FILES = (saved_model.MODEL_FILE, saved_model.TEXT_FILE)
 
 
 def _check_pairing(translator, context_processor, target_processor):
@@ -360,7 +361,7 @@ class TextTranslator:
         punctuation tokens, `split_digits`), the vocabulary lookup (words)
         or keras-hub's WordPiece (`tokenizer="wordpiece"`, rewritten in
         core TensorFlow ops), truncation to its `max_length`, the encoder,
-        the greedy decoding loop (`Translator._generate_loop`) and the
+        the greedy decoding loop (`Translator.generate_step`) and the
         detokenisation (`##` pieces glued back) with this bundle's
         `separator`, all in one graph. On the same texts it returns the
         strings of `translate(texts)` (greedy), with one difference: a text

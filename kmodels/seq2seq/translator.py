@@ -423,13 +423,58 @@ class Translator(
             return ids, attention, scores
         return ids, attention
 
-    def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
-        """The hand-written greedy (or inverse-CDF sampling) loop, pure
-        `keras.ops` and traceable: `(ids, attention)` as `generate` returns
-        them for greedy decoding. Kept for exports that trace it inside a
-        `tf.function` (`uniforms (batch, max_length)` in `[0, 1)` are only
-        read when `sample`); `generate` itself uses keras-hub's samplers.
+    def generate_step(
+        self, context_tokens, max_length, uniforms=None, temperature=1.0
+    ):
+        """Generates target ids for one batch in a single traceable loop.
+
+        The counterpart of keras-hub's `CausalLM.generate_step`: the inner
+        generation loop alone, pure `keras.ops` (one `keras.ops.while_loop`)
+        without `generate`'s checks, sampler choice and compiled-loop
+        cache, for a caller that traces it into its own graph (the
+        SavedModel of `TextTranslator.export` traces it in a
+        `tf.function`). Greedy by default: the ids and attention of
+        `generate(context_tokens, max_length)`. With `uniforms`, each
+        position is sampled instead, by inverse CDF from
+        `softmax(logits / temperature)`. The padding id 0 is never
+        produced; a sequence stops at `end_id`: the end id itself and
+        everything after it are 0, as are the attention rows there.
+
+        Args:
+            context_tokens: int `(batch, s)`, right-padded with 0; ids in
+                `[0, context_vocabulary_size)` (not checked: the tensor may
+                be symbolic).
+            max_length: Python int >= 1. Number of generated positions.
+            uniforms: optional float `(batch, max_length)` in `[0, 1)`:
+                the draws of a sampled generation (one per position); `None`
+                (the default) decodes greedily.
+            temperature: float > 0 (or a scalar tensor), the logits'
+                divisor when sampling; read only with `uniforms`.
+
+        Returns:
+            `(ids, attention)`: int32 `(batch, max_length)` and float
+            `(batch, max_length, s)`.
+
+        Example:
+        >>> import numpy as np
+        >>> from kmodels.seq2seq import Translator
+        >>> model = Translator(20, 30, units=8, start_id=2, end_id=3)
+        >>> ids, attention = model.generate_step(np.array([[5, 6, 7, 0]]), 6)
+        >>> tuple(ids.shape), tuple(attention.shape)
+        ((1, 6), (1, 6, 4))
         """
+        if not self.built:
+            shape = tuple(context_tokens.shape)
+            self.build((shape, (shape[0], 1)))
+        sample = uniforms is not None
+        return self._generate_loop(
+            context_tokens, uniforms, temperature, max_length, sample
+        )
+
+    def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
+        """`generate_step`'s loop: greedy, or inverse-CDF sampling from
+        `uniforms` (read only when `sample`); `generate` itself uses
+        keras-hub's samplers."""
         context = self.encoder(tokens)
         context_mask = padding_mask(tokens)
         batch, s = ops.shape(tokens)[0], ops.shape(tokens)[1]
@@ -471,7 +516,7 @@ class Translator(
             attention = ops.where(keep, weights, attention)
             return i + 1, nxt[:, None], state, done, ids, attention
 
-        loop_vars = (
+        initial = (
             ops.convert_to_tensor(0, "int32"),
             ops.full((batch, 1), self.start_id, dtype="int32"),
             ops.zeros((batch, self.units), dtype=self.compute_dtype),
@@ -479,7 +524,7 @@ class Translator(
             ops.zeros((batch, max_length), dtype="int32"),
             ops.zeros((batch, max_length, s), dtype=self.compute_dtype),
         )
-        out = ops.while_loop(cond, body, loop_vars)
+        out = ops.while_loop(cond, body, initial)
         return out[4], out[5]
 
     def set_encoder_trainable(self, trainable):

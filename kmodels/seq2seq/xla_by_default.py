@@ -1,11 +1,10 @@
 """XLA for the compiled steps of kmodels' own models, where it pays."""
 
-from keras.src.trainers.trainer import model_supports_jit
-
+from kmodels.backend import keras_internals
 from kmodels.backend.compiled import xla_train_step
 
 
-class XLAByDefault:
+class XLAByDefault(keras_internals.AutoJitCompileHook):
     """Mixin of `Translator` and `Autoencoder`: `jit_compile="auto"` (the
     default of `compile`, and of `fit` / `predict` without `compile`) means
     XLA on TensorFlow on a CPU-only machine too, where Keras' "auto" turns
@@ -15,11 +14,5 @@ class XLAByDefault:
     support XLA; `jit_compile=False` still turns it off.
     """
 
-    def _resolve_auto_jit_compile(self):
-        if (
-            xla_train_step()
-            and not self._distribute_strategy
-            and model_supports_jit(self)
-        ):
-            return True
-        return super()._resolve_auto_jit_compile()
+    def _xla_when_auto(self):
+        return xla_train_step()

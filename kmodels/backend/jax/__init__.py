@@ -8,4 +8,5 @@ from kmodels.backend.jax import growth
 from kmodels.backend.jax import losses
 from kmodels.backend.jax import replicas
 from kmodels.backend.jax import rnn
+from kmodels.backend.jax import steps
 from kmodels.backend.jax import virtual_devices

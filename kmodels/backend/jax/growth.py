@@ -7,9 +7,8 @@ import jax
 import jax.numpy as jnp
 import keras
 import numpy as np
-from keras.src.backend.common.name_scope import current_path
 
-from kmodels.backend.common.batches import pull_batches
+from kmodels.backend.jax import keras_internals
 
 
 def table_is_trainable():
@@ -111,7 +110,7 @@ def planned_row_shards(layer, name, shape):
         return 1
     # The same scope as `Layer.add_weight`, hence the same path.
     with keras.name_scope(layer.name, caller=layer):
-        parent = current_path()
+        parent = keras_internals.current_path()
     future = types.SimpleNamespace(
         path=f"{parent}/{name}" if parent else name,
         shape=tuple(shape),
@@ -200,67 +199,20 @@ def sparse_lookup(layer, ids, seen=None):
     )
 
 
-def wrap_train_function(model, controller, retrace):
+def adam_rows_in_place(
+    rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
+):
+    # Never called: only torch's eager backward pass updates rows in
+    # place; here the update is traced, in `keras.ops` (`SparseAdam.update`).
+    raise NotImplementedError(
+        "adam_rows_in_place is torch's in-place Adam; jax runs "
+        "SparseAdam.update."
+    )
+
+
+def train_step_runner(model, retrace):
     if retrace:
         # The jitted step of an earlier fit holds the old rule's constants.
         model.make_train_function(force=True)
-    original = model.train_function
-    names = (
-        "trainable_variables",
-        "non_trainable_variables",
-        "optimizer_variables",
-        "metrics_variables",
-    )
-
-    def sync(state):
-        model._jax_state = dict(zip(names, state))
-        model._jax_state_synced = False
-        model.jax_state_sync()
-
-    def train_function(state, iterator):
-        batches = pull_batches(iterator, model.steps_per_execution)
-        try:
-            plan = controller.plan(batches)
-        except Exception:
-            # Bad ids: leave the model usable (fit purged its variables).
-            sync(state)
-            raise
-        if plan:
-            # During an epoch, fit keeps all state outside the variables:
-            # write it back, grow, and read it again (new shapes retrace
-            # the jitted step).
-            sync(state)
-            controller.apply(plan)
-            state = reread()
-        resets = controller.take_resets()
-        if resets:
-            # The same round trip; no shape changes, no retrace.
-            sync(state)
-            controller.apply_resets(resets)
-            state = reread()
-        return original(state, iter(batches))
-
-    def reread():
-        state = tuple(
-            model._get_jax_state(
-                trainable_variables=True,
-                non_trainable_variables=True,
-                optimizer_variables=True,
-                metrics_variables=True,
-                purge_model_variables=True,
-            )
-        )
-        # The synced arrays of a reset table were donated to the scatter:
-        # a later sync must write the new ones.
-        model._jax_state = dict(zip(names, state))
-        model._jax_state_synced = False
-        return state
-
-    train_function._kmodels_growth_original = original
-    model.train_function = train_function
-
-    def unwrap():
-        if model.train_function is train_function:
-            model.train_function = original
-
-    return unwrap
+    # Keras' jitted step; it retraces for new shapes by itself.
+    return None

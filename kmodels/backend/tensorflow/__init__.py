@@ -8,4 +8,5 @@ from kmodels.backend.tensorflow import growth
 from kmodels.backend.tensorflow import losses
 from kmodels.backend.tensorflow import replicas
 from kmodels.backend.tensorflow import rnn
+from kmodels.backend.tensorflow import steps
 from kmodels.backend.tensorflow import virtual_devices

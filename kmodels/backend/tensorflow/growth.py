@@ -4,8 +4,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kmodels.backend.common.batches import pull_batches
-
 
 def table_is_trainable():
     # Rows are written in place with resource scatters in the backward pass.
@@ -123,8 +121,22 @@ def sparse_lookup(layer, ids, seen=None):
     return hook(gathered, tf.convert_to_tensor(layer.step.value))
 
 
-def wrap_train_function(model, controller, retrace):
-    original = model.train_function
+def adam_rows_in_place(
+    rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
+):
+    # Never called: only torch's eager backward pass updates rows in
+    # place; here the update is traced, in `keras.ops` (`SparseAdam.update`).
+    raise NotImplementedError(
+        "adam_rows_in_place is torch's in-place Adam; tensorflow runs "
+        "SparseAdam.update."
+    )
+
+
+def train_step_runner(model, retrace):
+    # Imported here: the interface module imports this package.
+    from kmodels.backend import steps
+
+    original = steps.keras_step_function(model, "train")
     # Tables are resizable tf.Variables, so one trace serves every capacity
     # (XLA recompiles for new shapes by itself); reused across fits unless
     # the model was compiled again (`original` is new) or a table's rule
@@ -144,19 +156,12 @@ def wrap_train_function(model, controller, retrace):
         # scatter into a 1M-row table would copy all of it every step.
         return tf.function(one_step, reduce_retracing=True, jit_compile=False)
 
-    def train_function(iterator):
+    def run(batches):
         if model.distribute_strategy.num_replicas_in_sync > 1:
             raise NotImplementedError(
                 "EmbeddingGrowth supports one replica on TensorFlow; got "
                 f"{model.distribute_strategy.num_replicas_in_sync}."
             )
-        batches = pull_batches(iterator, model.steps_per_execution)
-        plan = controller.plan(batches)
-        if plan:
-            controller.apply(plan)
-        resets = controller.take_resets()
-        if resets:
-            controller.apply_resets(resets)
         if compiled[0] is None:
             compiled[0] = build()
             model._kmodels_growth_step = (original, compiled[0])
@@ -164,10 +169,4 @@ def wrap_train_function(model, controller, retrace):
             logs = compiled[0](batch)
         return logs
 
-    model.train_function = train_function
-
-    def unwrap():
-        if model.train_function is train_function:
-            model.train_function = original
-
-    return unwrap
+    return run

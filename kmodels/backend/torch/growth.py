@@ -6,8 +6,6 @@ import keras
 import numpy as np
 import torch
 
-from kmodels.growable import optimizers as sparse_rules
-
 
 def table_is_trainable():
     # Rows are written in place (no_grad) in the backward pass.
@@ -85,10 +83,9 @@ class _SparseUpdate(torch.autograd.Function):
             rows, summed = _summed_rows(
                 ctx.ids, grads.reshape(-1, table.shape[-1]), ctx.seen, table
             )
-            kind, hyper = layer.table_optimizer
-            new_rows, new_slot_rows = _sparse_rule(
-                kind,
-                hyper,
+            # The layer's rule on copies of its rows, which it may
+            # overwrite (`adam_rows_in_place`).
+            new_rows, new_slot_rows = layer.table_optimizer.update_in_place(
                 step.detach(),
                 # `index_select`: ~5x faster than `table[rows]` on CPU.
                 table.index_select(0, rows),
@@ -103,25 +100,16 @@ class _SparseUpdate(torch.autograd.Function):
             return None, step.detach() + 1, None, None, None
 
 
-def _sparse_rule(kind, hyper, step, rows, slots, grads, dtype):
-    """`sparse_rules.sparse_rule` in torch operations, in place on the
-    gathered rows (the same arithmetic; its `keras.ops` version costs a
-    dozen eager Keras calls per step). Only Adam with a constant learning
-    rate is written out; the other rules, and schedules, take the shared
-    version."""
-    rate = hyper["learning_rate"]
-    if kind != "adam" or not isinstance(rate, (int, float)):
-        return sparse_rules.sparse_rule(
-            kind, hyper, step, rows, slots, grads, dtype
-        )
-    b1, b2, eps = hyper["beta_1"], hyper["beta_2"], hyper["epsilon"]
-    m, v = slots
+def adam_rows_in_place(
+    rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
+):
+    # The arithmetic of `SparseAdam.update` in torch operations, in place
+    # (its `keras.ops` version costs a dozen eager Keras calls per step).
     t = float(step) + 1.0
-    m.mul_(b1).add_(grads, alpha=1.0 - b1)
-    v.mul_(b2).addcmul_(grads, grads, value=1.0 - b2)
-    alpha = rate * math.sqrt(1.0 - b2**t) / (1.0 - b1**t)
-    rows.addcdiv_(m, v.sqrt().add_(eps), value=-alpha)
-    return rows, [m, v]
+    momentum.mul_(beta_1).add_(grads, alpha=1.0 - beta_1)
+    velocity.mul_(beta_2).addcmul_(grads, grads, value=1.0 - beta_2)
+    alpha = rate * math.sqrt(1.0 - beta_2**t) / (1.0 - beta_1**t)
+    rows.addcdiv_(momentum, velocity.sqrt().add_(epsilon), value=-alpha)
 
 
 def _summed_rows(ids, grads, seen, table):
@@ -150,31 +138,10 @@ def sparse_lookup(layer, ids, seen=None):
     return _SparseUpdate.apply(gathered, layer.step.value, layer, ids, seen)
 
 
-def wrap_train_function(model, controller, retrace):
+def train_step_runner(model, retrace):
     if retrace and model.jit_compile:
         # torch.compile specialised on the old rule.
         model.make_train_function(force=True)
-    state = {"original": model.train_function}
-
-    def train_function(data):
-        plan = controller.plan(data)
-        if plan:
-            controller.apply(plan)
-            if model.jit_compile:
-                # torch.compile specialised on the old shapes.
-                model.train_function = None
-                model.make_train_function()
-                state["original"] = model.train_function
-                model.train_function = train_function
-        resets = controller.take_resets()
-        if resets:
-            controller.apply_resets(resets)
-        return state["original"](data)
-
-    model.train_function = train_function
-
-    def unwrap():
-        if model.train_function is train_function:
-            model.train_function = state["original"]
-
-    return unwrap
+    # Keras' step (made again for new shapes under torch.compile:
+    # `kmodels.backend.torch.steps`).
+    return None

@@ -1,0 +1,106 @@
+"""Keras internals only behind one door: no module under `kmodels/` but
+`kmodels/backend/keras_internals.py` and its per-backend halves
+(`kmodels/backend/<backend>/keras_internals.py`) names `keras.src`,
+`keras_hub.src` or a private Keras or keras-hub attribute. Comments and
+docstrings count too: describe what Keras does, not where it keeps it."""
+
+import pathlib
+import re
+
+_KMODELS = pathlib.Path(__file__).resolve().parents[1] / "kmodels"
+# The modules allowed to use internals, relative to `kmodels/`.
+_DOOR = re.compile(r"backend/(?:[a-z]+/)?keras_internals\.py")
+# The private Keras and keras-hub attributes kmodels reads or overrides
+# through `keras_internals`, matched as whole words (`getattr` strings
+# too): a model's functional graph, layer walk, trainer state and choice
+# of XLA, a tensor's mask and history, an optimizer's schedule, a
+# keras-hub sampler's loop.
+PRIVATE_NAMES = (
+    "_jax_state",
+    "_jax_state_synced",
+    "_get_jax_state",
+    "_inputs_struct",
+    "_inbound_nodes",
+    "_nodes_by_depth",
+    "_flatten_layers",
+    "_resolve_auto_jit_compile",
+    "_distribute_strategy",
+    "_keras_mask",
+    "_keras_history",
+    "_learning_rate",
+    "loop_vars",
+    "run_loop",
+)
+_INTERNAL = re.compile(
+    r"\bkeras(?:_hub)?\.src\b|(?<!\w)(?:"
+    + "|".join(map(re.escape, PRIVATE_NAMES))
+    + r")(?!\w)"
+)
+
+
+def _internals(text):
+    """`(line number, match)` for each internal named in `text`."""
+    return [
+        (number, match.group())
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in _INTERNAL.finditer(line)
+    ]
+
+
+def _modules():
+    """`(path, path relative to kmodels/, is a door)` for every `.py`
+    file under `kmodels/`."""
+    for path in sorted(_KMODELS.rglob("*.py")):
+        relative = path.relative_to(_KMODELS).as_posix()
+        yield path, relative, bool(_DOOR.fullmatch(relative))
+
+
+def test_the_rule_catches_each_form():
+    text = "\n".join(
+        [
+            "from keras.src.backend import get_keras_mask",
+            "import keras_hub.src.samplers",
+            "for layer in model._flatten_layers(include_self=False):",
+            'struct = getattr(model, "_inputs_struct", None)',
+            "model._jax_state_synced = False",
+            "sampler.run_loop = loop",
+            "x = keras.ops.where(mask, a, b)  # keras.srcs, my_run_loop_x",
+        ]
+    )
+    assert _internals(text) == [
+        (1, "keras.src"),
+        (2, "keras_hub.src"),
+        (3, "_flatten_layers"),
+        (4, "_inputs_struct"),
+        (5, "_jax_state_synced"),
+        (6, "run_loop"),
+    ]
+
+
+def test_the_doors_are_the_keras_internals_modules():
+    doors = [relative for _, relative, door in _modules() if door]
+    assert "backend/keras_internals.py" in doors
+    assert set(doors) <= {
+        "backend/keras_internals.py",
+        "backend/jax/keras_internals.py",
+        "backend/tensorflow/keras_internals.py",
+        "backend/torch/keras_internals.py",
+    }
+    # The door itself names internals: the rule reads what it must.
+    source = (_KMODELS / "backend/keras_internals.py").read_text("utf-8")
+    assert _internals(source)
+
+
+def test_keras_internals_only_in_keras_internals():
+    found = [
+        f"kmodels/{relative}:{number}: {name}"
+        for path, relative, door in _modules()
+        if not door
+        for number, name in _internals(path.read_text("utf-8"))
+    ]
+    assert not found, (
+        "Keras or keras-hub internals outside "
+        "kmodels/backend/keras_internals.py (route each through a function "
+        "there, with a line on why no public API serves; rephrase comments "
+        "that name them):\n" + "\n".join(found)
+    )

@@ -1,0 +1,58 @@
+"""The JAX half of `kmodels.backend.keras_internals`: the internals of
+Keras' JAX trainer and naming that kmodels relies on, each behind one
+function (see that module for the version pin)."""
+
+from keras.src.backend.common.name_scope import current_path as _current_path
+
+# The state of a step, by kind, in the order Keras' JAX trainer passes it.
+_STATE_NAMES = {
+    "train": (
+        "trainable_variables",
+        "non_trainable_variables",
+        "optimizer_variables",
+        "metrics_variables",
+    ),
+    "test": (
+        "trainable_variables",
+        "non_trainable_variables",
+        "metrics_variables",
+    ),
+    "predict": ("trainable_variables", "non_trainable_variables"),
+}
+
+
+def current_path():
+    """The name-scope path a variable created now would get (its layout
+    under `keras.distribution` depends on it). Keras exports no reader of
+    the current name scope."""
+    return _current_path()
+
+
+def set_jax_state(model, kind, state):
+    """Writes the state of a running `kind` step (`"train"`, `"test"`,
+    `"predict"`) back into the model's variables. While an epoch runs,
+    Keras' JAX trainer keeps the state outside the variables, privately;
+    its public `jax_state_sync` writes only what it holds privately."""
+    model._jax_state = dict(zip(_STATE_NAMES[kind], state))
+    model._jax_state_synced = False
+    model.jax_state_sync()
+
+
+def take_jax_state(model, kind):
+    """The state of a `kind` step read from the model's variables, taken
+    out of them as Keras' trainer does during an epoch (purged), and
+    recorded as the trainer's current state (the arrays a variable held
+    may have been donated: the trainer must not sync those). Keras reads
+    it with a private method."""
+    state = tuple(
+        model._get_jax_state(
+            trainable_variables=True,
+            non_trainable_variables=True,
+            optimizer_variables=kind == "train",
+            metrics_variables=kind != "predict",
+            purge_model_variables=True,
+        )
+    )
+    model._jax_state = dict(zip(_STATE_NAMES[kind], state))
+    model._jax_state_synced = False
+    return state
