@@ -28,6 +28,13 @@ PRIVATE_NAMES = (
     "_keras_mask",
     "_keras_history",
     "_learning_rate",
+    "_dtype_policy",
+    "_convert_input_args",
+    "_allow_non_tensor_positional_args",
+    "_query_dense",
+    "_key_dense",
+    "_value_dense",
+    "_output_dense",
     "loop_vars",
     "run_loop",
 )

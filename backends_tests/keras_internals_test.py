@@ -8,6 +8,7 @@ import warnings
 import keras
 import keras_hub
 import numpy as np
+import pytest
 
 from kmodels.backend import keras_internals
 
@@ -200,6 +201,74 @@ def test_learning_rate_or_schedule():
     rate = keras_internals.learning_rate_or_schedule(adam)
     assert isinstance(rate, keras.Variable)
     assert float(keras.ops.convert_to_numpy(rate.value)) == 0.5
+
+
+def test_variable_storage_replaced_with_a_new_shape():
+    variable = keras.Variable(np.zeros((2, 3), "float32"))
+    storage = keras_internals.variable_storage(variable)
+    # The backend's own object, the one `value` reads.
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(storage), np.zeros((2, 3))
+    )
+    grown = keras.ops.convert_to_tensor(np.ones((4, 3), "float32"))
+    keras_internals.set_variable_storage(variable, grown)
+    keras_internals.set_variable_shape(variable, (4, 3))
+    assert variable.shape == (4, 3)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(variable.value), np.ones((4, 3))
+    )
+
+
+def test_loss_dtype_policy_and_inputs_as_given():
+    loss = keras.losses.MeanSquaredError(dtype="mixed_float16")
+    assert keras_internals.loss_dtype_policy(loss).name == "mixed_float16"
+    assert loss.dtype == "float16"
+    received = []
+
+    class Pipeline(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            keras_internals.take_inputs_as_given(self)
+
+        def call(self, x):
+            received.append(x)
+            return keras.ops.zeros((1,))
+
+    Pipeline()(["a", "b"])
+    # Not converted to a tensor: the list arrives as it was given.
+    assert received == [["a", "b"]]
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="the JAX trainer's internals (kmodels/backend/jax/"
+    "keras_internals.py) exist on JAX only; the other backends keep the "
+    "state in the variables",
+)
+def test_jax_state_written_back_and_taken():
+    from kmodels.backend.jax import keras_internals as jax_internals
+
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.compile("sgd", "mse")
+    model.fit(np.ones((2, 2)), np.ones((2, 1)), verbose=0)
+    state = jax_internals.take_jax_state(model, "train")
+    assert [len(part) for part in state] == [
+        len(model.trainable_variables),
+        len(model.non_trainable_variables),
+        len(model.optimizer.variables),
+        len(model.metrics_variables),
+    ]
+    kernel = np.asarray(state[0][0])
+    changed = (state[0][0] + 1.0,) + tuple(state[0][1:])
+    jax_internals.set_jax_state(model, "train", (list(changed),) + state[1:])
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model.trainable_variables[0].value),
+        kernel + 1.0,
+    )
+    assert "current_path" in dir(jax_internals)
+    with keras.name_scope("outer"):
+        assert jax_internals.current_path() == "outer"
 
 
 # ------------------------------------------------------------- version pin

@@ -388,6 +388,9 @@ def test_functional_model_contract_table(functional, entry):
 
 
 def test_callback_installs_the_hook():
+    # Deprecated in favour of `enforce`, the one way; it still works.
+    with pytest.deprecated_call(match=r"kmodels.contracts.enforce\(model\)"):
+        callback = kmodels.callbacks.InputContracts()
     keras.utils.set_random_seed(2)
     inputs = keras.Input((None,), dtype="int32")
     outputs = keras.layers.Dense(2)(Encoder(VOCAB, 4)(inputs))
@@ -399,7 +402,7 @@ def test_callback_installs_the_hook():
             _with(20),
             np.zeros((2, 4, 2)),
             verbose=0,
-            callbacks=[kmodels.callbacks.InputContracts()],
+            callbacks=[callback],
         )
     assert str(caught.value) == (
         "Encoder: tokens must lie in [0, 20) (vocabulary_size=20); got "

@@ -24,6 +24,10 @@ file and line, on any other.
   run by the caller, and its final variables.
 - `learning_rate_or_schedule`: the learning rate an optimizer was given
   (a schedule object, not its current value).
+- `variable_storage`, `set_variable_storage`, `set_variable_shape`: the
+  backend object behind a Keras variable, replaced when a table grows.
+- `loss_dtype_policy`: the dtype policy of a loss, for its config.
+- `take_inputs_as_given`: a data-pipeline layer's inputs, unconverted.
 
 The internals were checked against the versions in `CHECKED_VERSIONS`
 (major.minor). Under a newer Keras or keras-hub, importing this module
@@ -233,6 +237,42 @@ def learning_rate_or_schedule(optimizer):
     holds a constant rate. The public `optimizer.learning_rate` evaluates
     a schedule at the current step; Keras keeps the schedule privately."""
     return optimizer._learning_rate
+
+
+def variable_storage(variable):
+    """The backend's own object behind a Keras variable (a `tf.Variable`,
+    a `jax.Array`, a `torch.nn.Parameter`), to write rows of it in place.
+    Keras' public `variable.value` may return a cast copy (autocast)."""
+    return variable._value
+
+
+def set_variable_storage(variable, storage):
+    """Makes a Keras variable hold `storage` (a new array or backend
+    variable, of another shape when a table grows): Keras' public
+    `assign` refuses a new shape."""
+    variable._value = storage
+
+
+def set_variable_shape(variable, shape):
+    """Records the new `shape` of a Keras variable whose storage changed
+    shape; Keras keeps it privately (`variable.shape` reads it)."""
+    variable._shape = tuple(int(d) for d in shape)
+
+
+def loss_dtype_policy(loss):
+    """The `keras.DTypePolicy` a `keras.losses.Loss` was given (its name
+    goes into the loss's config: `"mixed_float16"`, not the compute
+    dtype `loss.dtype` returns). Keras keeps it privately."""
+    return loss._dtype_policy
+
+
+def take_inputs_as_given(layer):
+    """Makes Keras pass `layer`'s inputs to `call` as they arrive (no
+    conversion to the backend's tensors; non-tensor positional arguments
+    allowed), as Keras' own lookup layers do: a data-pipeline layer that
+    runs TensorFlow ops on every backend. Keras sets the flags privately."""
+    layer._convert_input_args = False
+    layer._allow_non_tensor_positional_args = True
 
 
 # ------------------------------------------------------------- version pin

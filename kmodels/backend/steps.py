@@ -22,9 +22,11 @@ taken it out, bit-identical. What differs per backend (the step
 function's signature, where the state lies while an epoch runs, when a
 step must be traced again) lives in `kmodels.backend.<backend>.steps`.
 
-When Keras makes a new step function (`compile`, `make_train_function
-(force=True)`), `sync(model, kind)` wraps it: kmodels' models call it from
-their `make_*_function`.
+`add_hook` on a compiled model makes the step function if Keras has not
+yet. When Keras makes a new one later (the model is compiled after the
+hook was added, or again, or `make_train_function(force=True)`),
+`sync(model, kind)` wraps it: kmodels' models and the models `enforce`d by
+`kmodels.contracts` call it from their `make_*_function`.
 """
 
 import threading
@@ -100,6 +102,11 @@ def add_hook(model, kind, hook):
         hooks.append(hook)
         # Stable: hooks of one order run in the order they were added.
         wrapper.hooks = sorted(hooks, key=lambda h: h.order)
+        if getattr(model, f"{kind}_function") is None and getattr(
+            model, "compiled", False
+        ):
+            # Made now, as `fit` would make it, so that it is wrapped.
+            getattr(model, f"make_{kind}_function")()
         sync(model, kind)
 
 

@@ -2,8 +2,8 @@
 
 - `EmbeddingGrowth`: grows `GrowableEmbedding` tables inside `model.fit`.
 - `GradientFlowCheck`: stops training when a weight gets no gradient.
-- `InputContracts`: checks every batch of `fit` / `evaluate` / `predict`
-  against the input contracts of the model's kmodels layers.
+- `InputContracts`: deprecated; `kmodels.contracts.enforce(model)` is the
+  one way to turn a functional model's input checks on.
 """
 
 from kmodels.callbacks.gradient_flow_check import GradientFlowCheck

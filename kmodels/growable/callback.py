@@ -13,61 +13,20 @@ from kmodels.growable.lookup import repeated_call_error
 class EmbeddingGrowth(keras.callbacks.Callback):
     """Grows every `GrowableEmbedding` of the model between train steps.
 
-    The one line `model.fit` needs for growing tables on every backend:
-
-    ```python
-    model.fit(x, y, callbacks=[kmodels.callbacks.EmbeddingGrowth()])
-    ```
-
-    No backend can reshape a variable inside a compiled step. This callback
-    puts a hook in front of the model's train function: before each compiled
-    step it takes the batch the step is about to consume (concrete data, on
-    every backend), checks its ids (the same errors on every backend: non-
-    integer, negative, past `max_capacity`), grows the tables that need it
-    (old rows and optimizer slots kept, new rows from the initializer), and
-    lets the step recompile for the new shapes: on JAX the state that `fit`
-    keeps outside the variables is written back and read again (the jitted
-    step retraces); on TensorFlow the step is a `tf.function` (without XLA)
-    over tables whose first dimension is dynamic; torch runs eagerly (with
-    `jit_compile=True` the step is rebuilt). Growth is
-    geometric, so growths and recompilations stay within
-    `ceil(log(final / initial) / log(growth_factor))` per table. Under
-    `keras.distribution` (JAX) a grown table keeps its layout: sharded by
-    rows (capacity a multiple of the shards) or replicated.
-
-    When `fit` starts, each table built with `optimizer=None` reads the
-    model's optimizer (`GrowableEmbedding.follow_optimizer`: kind,
-    hyperparameters, schedule; an FTRL, Lion, ... raises a `ValueError`);
-    a rule that changed since the last `fit` retraces the compiled step.
-
-    Bounded tables: when a table's `key_index` is a bounded `KeyIndex`
-    (`max_capacity`, `eviction="lru"` or `"lfu"`), the hook also restarts,
-    before each step and after any growth, the rows the index gave to new
-    keys since the step before (`key_index.take_reset_rows()`, then
-    `GrowableEmbedding.reset_rows`: initial values, fresh optimizer
-    slots), so a new key never inherits an evicted key's training. The
-    lookups must run in the data pipeline, before the hook sees their
-    batch; Keras may fetch batches ahead of the step (TensorFlow
-    prefetches generators; JAX on an accelerator reads one batch ahead),
-    so a row is restarted before the first step that *fetched* its new
-    key, which is exact as long as the evicted key is not in the batches
-    fetched ahead and not yet trained (keep `max_capacity` well above the
-    distinct keys of a few batches; a `PyDataset` with workers looks up to
-    `max_queue_size + workers` batches ahead). A row the index gave out
-    ahead of the table's growth is not restarted: it holds no training,
-    and the growth that reaches it starts it from the initializer. `fit`
-    refuses a table whose `max_capacity` is below its index's
-    (`check_key_index`).
-
-    The hook finds each table's ids in the batch by following the
-    functional graph from the model's inputs; for other models, or ids that
-    are computed inside the model, pass `ids`.
+    No backend can reshape a variable inside a compiled step. Before each
+    step of `fit`, a hook takes the batch the step is about to consume,
+    checks its ids (the same errors on every backend), grows the tables that
+    need it (old rows and optimizer slots kept) and lets the step recompile.
+    Growth is geometric, so growths stay within
+    `ceil(log(final / initial) / log(growth_factor))` per table. Tables with
+    `optimizer=None` follow the model's optimizer; rows a bounded `KeyIndex`
+    gave to new keys are restarted before the step that trains them.
 
     Args:
         ids: optional dict from a `GrowableEmbedding`'s name to a function
-            `x -> ids` (applied to a batch's inputs, NumPy or backend
-            tensors) or to a key of a dict of inputs.
-        verbose: int. 1 prints each growth.
+            `x -> ids` of a batch's inputs or to a key of a dict of inputs.
+            By default the ids are found through the functional graph.
+        verbose: int, default `0`. 1 prints each growth.
 
     Attributes:
         log: list of dicts `{"step", "layer", "from", "to", "max_id"}`, one
@@ -80,6 +39,14 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             `key_index` (`rows`: sorted int64 NumPy array), `step` the
             train batch of this fit the rows were restarted before.
         evicted_resets: number of rows restarted so (all tables).
+
+    Example:
+
+    ```python
+    model.fit(x, y, callbacks=[kmodels.callbacks.EmbeddingGrowth()])
+    ```
+
+    See docs/growable_embedding.md, section "How growth works".
     """
 
     def __init__(self, ids=None, verbose=0):

@@ -9,6 +9,8 @@ torch. TensorFlow is imported when a table is built.
 import keras
 import numpy as np
 
+from kmodels.backend import keras_internals
+
 
 class KeyTable(keras.layers.Layer):
     """Maps raw keys to rows with a TensorFlow static hash table.
@@ -32,8 +34,7 @@ class KeyTable(keras.layers.Layer):
 
         # As Keras' lookup layers: TensorFlow tensors in and out, untouched
         # by the backend's input conversion, never jit-compiled.
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
+        keras_internals.take_inputs_as_given(self)
         self.supports_jit = False
         self.key_dtype = key_dtype
         self.default_row = int(default_row)

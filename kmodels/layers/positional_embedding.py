@@ -21,52 +21,30 @@ class PositionalEmbedding(keras.layers.Layer):
 
     Calls the wrapped `embedding` on the inputs and merges its output with
     position vectors from `keras_hub.layers.PositionEmbedding` (learned) or
-    `keras_hub.layers.SinePositionEncoding` (fixed). Those keras-hub layers
-    take the *embedded* tensor and return only the position vectors, shaped
-    like it; this layer does the merge, so the embedding's output always
-    reaches the rest of the model. The wrapped layer may be a token
-    `keras.layers.Embedding` (ids `(batch, seq)`) or an image patch embedding
-    such as `kmodels.layers.PatchEmbedding` (images in, `(batch, patches,
-    dim)` out). The wrapped layer's mask (e.g. from `mask_zero=True`) is
-    propagated. With `position="learned", merge="add"` and a plain
-    `Embedding`, this computes exactly what
-    `keras_hub.layers.TokenAndPositionEmbedding` does, with the same ops.
-
-    The arguments are checked at construction, before any sublayer is made:
-    a bad one raises a `ValueError` naming it, what was expected and what
-    arrived (a non-`Layer` `embedding` raises a `TypeError`).
+    `keras_hub.layers.SinePositionEncoding` (fixed). The wrapped layer may be
+    a token `keras.layers.Embedding` or an image patch embedding such as
+    `kmodels.layers.PatchEmbedding`; its mask (e.g. `mask_zero=True`) is
+    propagated.
 
     Args:
         embedding: a `keras.layers.Layer` mapping the inputs to
             `(batch, seq, dim)`.
-        sequence_length: int >= 1, the longest sequence (number of
-            positions) the learned table holds. The sine variant accepts
-            any length but the value is still checked at build time, so
-            both variants fail the same way on an over-long input.
+        sequence_length: int >= 1, the most positions an input may have
+            (the learned table's rows; checked for both variants).
         position: `"learned"` or `"sine"`. Defaults to `"learned"`.
-        merge: `"add"` (output dim = `dim`) or `"concat"` (position vectors
-            of the same width appended: output dim = `2 * dim`). Defaults to
-            `"add"`.
+        merge: `"add"` (output dim `dim`) or `"concat"` (output dim
+            `2 * dim`). Defaults to `"add"`.
         position_initializer: initializer of the learned table. Defaults to
             `"glorot_uniform"`, as `keras_hub.layers.PositionEmbedding`.
         max_wavelength: finite number > 0, the sine variant's longest
-            wavelength (position `p`, feature pair `i` of `dim` turn at
-            `p / max_wavelength ** (2i / dim)`). Defaults to `10000`
-            (Vaswani et al., 2017).
+            wavelength. Defaults to `10000` (Vaswani et al., 2017).
         **kwargs: other keyword arguments passed to `keras.layers.Layer`,
-            including `name`, `trainable`, `dtype` etc. The output is in
-            this layer's compute dtype (e.g. float16 under
-            `"mixed_float16"`), whatever the wrapped embedding's policy:
-            its output and the positions are cast before the merge.
+            including `name`, `trainable`, `dtype` etc.
 
     Call arguments:
         inputs: whatever `embedding` accepts (ids or images).
         start_index: int >= 0 or int tensor, the position of the first
-            element of `inputs`; use it in step-by-step decoding, where one
-            token at position `t` is embedded at a time. Defaults to `0`. A
-            Python or NumPy int is checked at call time (a `ValueError`
-            when negative, not an integer, or when `start_index + length`
-            exceeds `sequence_length`); a tensor is used as it is.
+            element of `inputs` (step-by-step decoding). Defaults to `0`.
 
     Example:
 
@@ -76,18 +54,13 @@ class PositionalEmbedding(keras.layers.Layer):
         sequence_length=50,
     )
     x = layer(np.array([[5, 7, 9, 0, 0]]))  # (1, 5, 32); mask [[1,1,1,0,0]]
-
-    # Image patches instead of tokens, sinusoidal positions:
-    layer = kmodels.layers.PositionalEmbedding(
-        kmodels.layers.PatchEmbedding(patch_size=4, embedding_dim=32),
-        sequence_length=64,
-        position="sine",
-    )
     ```
 
     References:
      - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
      - [Devlin et al., 2019](https://arxiv.org/abs/1810.04805)
+
+    See docs/position_embedding.md, section "The right composition".
     """
 
     def __init__(

@@ -17,14 +17,9 @@ class CrossAttention(CheckedEagerCall, keras.layers.Layer):
     `MultiHeadAttention(key_dim=units, num_heads=1)` with the decoder states
     as query and the context as key and value, then `Add` (residual) and
     `LayerNormalization`, as in the TensorFlow "NMT with attention" tutorial.
-
-    Only the context is masked: padded context positions get zero attention.
-    Query rows are never masked (a padded target position still attends to
-    the context; losses ignore it). The Keras masks attached to `x` and
-    `context` are left as they were: Keras' `MultiHeadAttention` deletes the
-    mask of its `value` in place, which made a context reused for a second
-    call lose its padding mask; this layer restores it. No tensor is kept on
-    the layer: the attention weights are returned, never stored.
+    Only the context is masked: padded context positions get zero attention;
+    query rows are never masked. The Keras masks of `x` and `context` are
+    left as they were, and the attention weights are returned, never stored.
 
     Args:
         units: int >= 1. Key dimension of the attention (the tutorial uses
@@ -35,8 +30,8 @@ class CrossAttention(CheckedEagerCall, keras.layers.Layer):
         x: float tensor `(batch, t, dim)`, the query.
         context: float tensor `(batch, s, dim_context)`.
         context_mask: optional boolean `(batch, s)`, True at real positions.
-            When omitted, the Keras mask of `context` is used (set by
-            `Encoder`), if any; otherwise every position is attended.
+            Defaults to the Keras mask of `context` (set by `Encoder`), else
+            every position is attended.
         return_attention_weights: bool. Also return the attention weights
             `(batch, t, s)`, averaged over heads.
 
@@ -45,7 +40,6 @@ class CrossAttention(CheckedEagerCall, keras.layers.Layer):
         functional, symbolic call), in the compute dtype.
 
     Example:
-    >>> import numpy as np
     >>> from kmodels.seq2seq import CrossAttention
     >>> layer = CrossAttention(units=8)
     >>> x = np.zeros((2, 3, 8), "float32")
@@ -60,6 +54,8 @@ class CrossAttention(CheckedEagerCall, keras.layers.Layer):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
         - [TensorFlow tutorial: Neural machine translation with attention](
           https://www.tensorflow.org/text/tutorials/nmt_with_attention)
+
+    See docs/seq2seq.md, section "CrossAttention".
     """
 
     def __init__(self, units, **kwargs):

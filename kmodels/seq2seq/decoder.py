@@ -23,18 +23,7 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
     `Embedding(mask_zero=True)`, `GRU(units, return_sequences=True,
     return_state=True)`, `CrossAttention(units)` over the context, then
     `Dense(vocabulary_size)`, as in the TensorFlow "NMT with attention"
-    tutorial and in the same order, so the tutorial decoder's `get_weights()`
-    fit this layer's `set_weights()` (the tutorial's `StringLookup` layers
-    hold no weights).
-
-    Id 0 in `x` is padding: the GRU skips it (state carried over), so the
-    returned state is the state after the last real token. On the CPU
-    (TensorFlow, torch) the GRU runs as `kmodels.seq2seq.gru`'s recurrence
-    on its own variables (on torch, `Translator` runs it in the same loop
-    as the encoder's GRUs). The context mask is taken from `context_mask`
-    when given, else from the Keras mask that `Encoder` attaches to the
-    context. Pass it explicitly when the context did not come straight
-    from an `Encoder` call (e.g. a stored context).
+    tutorial (same weight order). Id 0 in `x` is padding: the GRU skips it.
 
     Args:
         vocabulary_size: int >= 1. Number of target token ids (logits per
@@ -45,25 +34,23 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
     Call arguments:
         context: float `(batch, s, units)` from `Encoder`.
         x: int `(batch, t)` target ids, right-padded with 0.
-        state: optional float `(batch, units)`, the GRU's initial state
-            (zeros when omitted).
-        return_state: bool. Also return the final GRU state.
-        context_mask: optional boolean `(batch, s)`.
+        state: optional float `(batch, units)`, initial GRU state (zeros).
+        return_state: bool. Also return the GRU state after the last real
+            token.
+        context_mask: optional boolean `(batch, s)`. Defaults to the Keras
+            mask that `Encoder` attached to `context`.
         return_attention_weights: bool. Also return the attention weights
             `(batch, t, s)`.
 
     Returns:
-        `logits (batch, t, vocabulary_size)`, followed by `state` and then
-        the attention weights when asked, in that order, all in the compute
-        dtype; a functional (symbolic) call returns the same structure.
+        `logits (batch, t, vocabulary_size)`, then `state` and the attention
+        weights when asked, in that order (a symbolic call too).
 
     Example:
-    >>> import numpy as np
     >>> from kmodels.seq2seq import Decoder, Encoder
-    >>> encoder = Encoder(vocabulary_size=20, units=8)
-    >>> decoder = Decoder(vocabulary_size=30, units=8)
     >>> tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]])
-    >>> context = encoder(tokens)
+    >>> context = Encoder(vocabulary_size=20, units=8)(tokens)
+    >>> decoder = Decoder(vocabulary_size=30, units=8)
     >>> logits, state = decoder(context, np.array([[2, 9], [2, 0]]),
     ...                         context_mask=tokens != 0, return_state=True)
     >>> tuple(logits.shape), tuple(state.shape)
@@ -73,6 +60,8 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
         - [Bahdanau et al., 2015](https://arxiv.org/abs/1409.0473)
         - [TensorFlow tutorial: Neural machine translation with attention](
           https://www.tensorflow.org/text/tutorials/nmt_with_attention)
+
+    See docs/seq2seq.md, section "Decoder".
     """
 
     def __init__(self, vocabulary_size, units, **kwargs):

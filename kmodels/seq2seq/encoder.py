@@ -20,24 +20,9 @@ class Encoder(CheckedEagerCall, keras.layers.Layer):
 
     `Embedding(mask_zero=True)` then `Bidirectional(GRU(units,
     return_sequences=True), merge_mode="sum")`, as in the TensorFlow "NMT with
-    attention" tutorial. Id 0 is padding: the GRUs skip padded steps (their
-    state is carried over) and the context is zero there. The padding mask
-    (`tokens != 0`) is computed from the ids on every call and attached to the
-    output with Keras' mask mechanism; downstream kmodels layers also accept it
-    explicitly (`context_mask=`), which is what `Translator` does.
-
-    On the CPU with TensorFlow or torch, both GRUs run in one recurrence
-    of `kmodels.seq2seq.gru` (input projections of every step in one
-    product, both directions in one loop, a hand-written gradient; the
-    same variables, arithmetic and masking as the `Bidirectional` layer):
-    faster there than Keras' layers. Elsewhere the `Bidirectional` layer
-    runs: masked, or on torch with CUDA, for a right-padded batch, without
-    a mask (same results at real positions; torch's GRU has a fused kernel
-    only without a mask).
-
-    The sublayers are `embedding` and `rnn`, in the tutorial's order, so
-    `set_weights(tutorial_encoder.get_weights())` carries weights over (the
-    tutorial's `text_processor` holds no weights).
+    attention" tutorial, with the tutorial's weight order. Id 0 is padding:
+    the GRUs skip padded steps and the context is zero there; the padding
+    mask (`tokens != 0`) is attached to the output as its Keras mask.
 
     Args:
         vocabulary_size: int >= 1. Number of token ids, padding (0)
@@ -65,6 +50,8 @@ class Encoder(CheckedEagerCall, keras.layers.Layer):
     References:
         - [TensorFlow tutorial: Neural machine translation with attention](
           https://www.tensorflow.org/text/tutorials/nmt_with_attention)
+
+    See docs/seq2seq.md, section "Encoder".
     """
 
     def __init__(self, vocabulary_size, units, **kwargs):

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kmodels.backend import keras_internals
 from kmodels.backend.losses import sparse_cross_entropy
 from kmodels.backend.replicas import sum_over_replicas
 from kmodels.seq2seq.masking import PAD_ID
@@ -113,32 +114,11 @@ class MaskedLoss(keras.losses.Loss):
     `masked_loss` is the ready-made instance; pass it (or `MaskedLoss()`) to
     `model.compile(loss=...)`. With `m` the real-token mask (label != 0) and
     `w` the weights (1 without `sample_weight`), the loss is
-
-        sum(token_loss * m * w) / sum(m * w)
-
-    so `sample_weight` weights tokens, not the scalar: an example weighted 0
-    is dropped entirely (with `sample_weight=[1, 0]` the loss is that of
-    example 0 alone), and an example weighted 2 counts as if it were there
-    twice. Keras' own wrapper of a plain loss function would instead multiply
-    the batch mean by each weight and average, halving it.
-
-    When `sum(m * w)` is 0 (an all-padding batch, or every real token
-    weighted 0) the loss is exactly 0 and so are its gradients: such a batch
-    leaves the weights where they are (an optimizer with momentum still moves
-    them by its momentum), where dividing by 0 made the loss NaN and, on
-    TensorFlow and torch, every weight NaN.
-
-    Inside a `tf.distribute` step with several replicas, `sum(m * w)` is
-    summed over all replicas (as `tf.nn.compute_average_loss` divides by the
-    global batch size), so the gradients the strategy sums are those of the
-    global batch; a replica without tokens contributes 0. JAX
-    (`keras.distribution`) and torch see the global batch in one program.
-
-    The loss is computed in float32 whatever the logits' dtype (float16 or
-    bfloat16 under a mixed-precision policy), as Keras' losses are.
+    `sum(token_loss * m * w) / sum(m * w)`, and exactly 0 when
+    `sum(m * w)` is 0. It is computed in float32, as Keras' losses are.
 
     Args:
-        name: str. Name of the loss.
+        name: str. Name of the loss. Defaults to `"masked_loss"`.
         dtype: dtype of the computation and of the result. Defaults to
             `keras.backend.floatx()`.
 
@@ -151,9 +131,8 @@ class MaskedLoss(keras.losses.Loss):
             Weights are expected to be >= 0.
 
     Returns:
-        A scalar: the weighted mean above; 0 when no real token has a
-        nonzero weight; NaN when a real token's label lies outside
-        `[0, vocab)`.
+        A scalar: the weighted mean above (0 when no real token has a
+        nonzero weight); NaN when a real token's label is outside `[0, vocab)`.
 
     Raises:
         TypeError: when `y_pred` is not a float tensor (integer "logits").
@@ -162,7 +141,6 @@ class MaskedLoss(keras.losses.Loss):
             nor `(batch, t)`.
 
     Example:
-    >>> import numpy as np
     >>> from kmodels.seq2seq import masked_loss
     >>> y_true = np.array([[2, 1, 0], [3, 0, 0]])
     >>> y_pred = np.zeros((2, 3, 4), "float32")
@@ -173,6 +151,8 @@ class MaskedLoss(keras.losses.Loss):
     >>> y_pred[0, 0, 2] = 5.0
     >>> round(float(masked_loss(y_true, y_pred, sample_weight=[0, 1])), 4)
     1.3863
+
+    See docs/seq2seq.md, section "MaskedLoss".
     """
 
     # Class ids against logits on the last axis: `kmodels.diagnostics`
@@ -223,7 +203,10 @@ class MaskedLoss(keras.losses.Loss):
         return ops.where(in_range, loss, float("nan"))
 
     def get_config(self):
-        return {"name": self.name, "dtype": self._dtype_policy.name}
+        return {
+            "name": self.name,
+            "dtype": keras_internals.loss_dtype_policy(self).name,
+        }
 
 
 masked_loss = MaskedLoss()

@@ -69,62 +69,27 @@ def _as_list(texts, who):
 class TextProcessor:
     """Maps sentences to padded token ids and token ids back to sentences.
 
-    Standardisation follows the tutorial's `tf_lower_and_split_punct`:
-    Unicode NFKD normalisation (accents become separate combining marks),
-    lower case, every character outside `[ a-z]` and `punctuation` (and
-    `0-9` when `keep_digits=True`) dropped, each punctuation mark made a
-    token of its own, then `[START]` and `[END]` added. Two deliberate
-    differences: any whitespace (tab, newline) counts as a space (the
-    tutorial deletes it and so glues words together), and runs of spaces are
-    collapsed (the tokens are the same).
-
-    Ids: 0 is padding, 1 is `[UNK]` (any word not in the vocabulary), 2 is
-    `[START]` and 3 is `[END]`, always; the vocabulary learned by `adapt`
-    follows, most frequent word first (ties in alphabetical order, so the
-    ids do not depend on the backend or on hashing).
-
-    Subwords: with `tokenizer="wordpiece"` each standardised word is split
-    into WordPiece tokens by `keras_hub.tokenizers.WordPieceTokenizer`
-    (greedy longest match; a piece that continues a word starts with `##`:
-    `"cats"` -> `cat ##s`), with a vocabulary learned by
-    `keras_hub.tokenizers.compute_word_piece_vocabulary`. The vocabulary
-    always holds every character seen by `adapt`, alone and as a `##`
-    continuation, so a word never seen in training but made of known
-    characters is spelled with known pieces instead of becoming `[UNK]`
-    (only a word with an unseen character, or longer than 100 bytes, is
-    `[UNK]`). `decode` glues the `##` pieces back into words. The
-    standardisation, the reserved ids, the padding and the errors are the
-    same as with words; the "tokens" counted below are pieces.
-
-    Length: every output row has exactly `max_length` ids, `[START]` and
-    `[END]` included. A longer text is **truncated**: its first
-    `max_length - 2` tokens are kept and `[END]` still closes the row (with
-    subwords the last word may be cut between two pieces).
-
-    Empty texts: a text with no word left after standardisation (`""`,
-    `"   "`, `"日本"`) raises a `ValueError` naming its index, since there is
-    nothing to translate; `adapt` skips such texts.
-
-    Arguments are checked at construction: a bad one raises a
-    `ValueError` naming it (`max_length=2.5`, `keep_digits="False"`).
+    Standardises as the tutorial's `tf_lower_and_split_punct` (NFKD, lower
+    case, other characters dropped, each punctuation mark a token, `[START]`
+    and `[END]` added), then maps words, or WordPiece pieces, to ids: 0 is
+    padding, 1 `[UNK]`, 2 `[START]`, 3 `[END]`, then the vocabulary learned
+    by `adapt`, most frequent first. Every row has exactly `max_length` ids
+    (longer texts are truncated); an empty text raises a `ValueError`.
 
     Args:
-        max_length: int >= 3. Ids per row, `[START]` and `[END]` included.
+        max_length: int >= 3, default `64`. Ids per row, markers included.
         punctuation: str without whitespace. Characters kept as tokens of
-            their own. The tutorial's set `".?!,¿"` by default.
-        keep_digits: bool. Keep `0-9` (the tutorial drops them).
-        split_digits: bool. Make a run of digits and a run of letters
-            separate tokens (`"3rd"` -> `3 rd`), so a number is the same
-            token whatever its suffix.
-        vocabulary: optional list of str, a vocabulary returned by
-            `vocabulary` (reserved tokens first), e.g. to restore a saved
-            processor.
-        tokenizer: `"word"` (whole words, the tutorial's) or `"wordpiece"`
+            their own. Defaults to the tutorial's `".?!,¿"`.
+        keep_digits: bool, default `False`. Keep `0-9` (the tutorial drops
+            them).
+        split_digits: bool, default `False`. Make a run of digits and a run
+            of letters separate tokens (`"3rd"` -> `3 rd`).
+        vocabulary: optional list of str returned by `vocabulary` (reserved
+            tokens first), e.g. to restore a saved processor.
+        tokenizer: `"word"` (whole words, the default) or `"wordpiece"`
             (subword pieces learned by keras-hub's WordPiece trainer).
-            Stored as the attribute `tokenizer`.
 
     Example:
-
     >>> p = TextProcessor(max_length=8)
     >>> p.standardize("¿Todavía está en casa?")
     '[START] ¿ todavia esta en casa ? [END]'
@@ -134,9 +99,7 @@ class TextProcessor:
     >>> p.decode([[2, 7, 6, 5, 3, 0, 0, 0]])
     ['esta en casa']
 
-    Subwords: an unseen word is spelled with known pieces.
-
-    >>> w = TextProcessor(max_length=12, tokenizer="wordpiece")
+    >>> w = TextProcessor(max_length=12, tokenizer="wordpiece")  # subwords
     >>> w.adapt(["the cat sat", "a tall act"])
     >>> w.tokenize("tact")
     ['[START]', 't', '##a', '##c', '##t', '[END]']
@@ -146,6 +109,8 @@ class TextProcessor:
     References:
         - [TensorFlow tutorial: Neural machine translation with attention](
           https://www.tensorflow.org/text/tutorials/nmt_with_attention)
+
+    See docs/seq2seq.md, sections "The text pipeline" and "Subword text".
     """
 
     def __init__(

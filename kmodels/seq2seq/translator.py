@@ -61,50 +61,21 @@ class Translator(
     An `Encoder` over the context ids and a `Decoder` over the (shifted)
     target ids; `call((context_tokens, target_in))` returns the decoder's
     logits `(batch, t, target_vocabulary_size)`, to train with `masked_loss`
-    against `target_out` (the targets shifted by one). The tutorial's
-    version of this model returned the context by mistake.
-
-    The start and end ids are constructor arguments. With a
-    `keras.layers.TextVectorization` vocabulary they are the positions of
-    the `[START]` and `[END]` tokens:
-    `vocab = vectorizer.get_vocabulary(); start_id = vocab.index("[START]")`.
-    The defaults (2 and 3) are where those tokens land when every sentence
-    is wrapped in `[START] ... [END]` (after `''` and `[UNK]`), but pass the
-    looked-up values.
-
-    On the CPU, `call` runs the GRUs as `kmodels.seq2seq.gru`'s
-    recurrences where that is faster than Keras' layers (TensorFlow and
-    torch; on torch the encoder's two and the decoder's in one loop), and
-    `compile`'s default `jit_compile="auto"` compiles with XLA on
-    TensorFlow too (Keras turns it off on CPU-only machines; pass
-    `jit_compile=False` to keep it off). A saved file records "auto" as
-    "auto", so each loading backend resolves it for itself. The numbers are
-    those of the encoder and decoder called one after the other.
-
-    `generate` decodes with keras-hub's samplers: greedy (the default),
-    random, top-k, top-p or beam search, and can return each sequence's
-    log-probability (`return_scores=True`); see `docs/decoding.md`.
-
-    To reuse a pretrained encoder (e.g. from an `Autoencoder`), pass it as
-    `encoder=`; set `encoder.trainable = False` (then compile) to freeze it.
-    The sizes may then be left as `None` and are read from the encoder.
-
-    Every argument is checked at construction, before any layer is made:
-    a bad one raises a `ValueError` naming it, what was expected and what
-    arrived (`2.5`, `"8"`, `True` are not sizes; NumPy ints are accepted
-    and stored as Python ints).
+    against `target_out` (the targets shifted by one). `generate` decodes
+    with keras-hub's samplers (greedy by default); see docs/decoding.md.
 
     Args:
         context_vocabulary_size: int >= 1. Ids of the source side.
         target_vocabulary_size: int >= 3. Ids of the target side (logits
             width); padding (0), `start_id` and `end_id` are three of them.
         units: int >= 1. Size of every layer.
-        start_id: int in `[1, target_vocabulary_size)`. Id fed to the
-            decoder first in `generate`.
-        end_id: int in `[1, target_vocabulary_size)`, not `start_id`. Id
-            that ends a generated sequence.
+        start_id: int in `[1, target_vocabulary_size)`, the `[START]` id
+            fed to the decoder first in `generate`. Defaults to `2`.
+        end_id: int in `[1, target_vocabulary_size)`, not `start_id`, the
+            `[END]` id that ends a generated sequence. Defaults to `3`.
         encoder: optional `Encoder` (or its config) to use instead of a new
-            one.
+            one, e.g. a pretrained one (set `encoder.trainable = False`
+            before `compile` to freeze it); sizes left `None` are read from it.
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -112,7 +83,6 @@ class Translator(
             both int and right-padded with 0.
 
     Example:
-    >>> import numpy as np
     >>> from kmodels.seq2seq import Translator
     >>> model = Translator(20, 30, units=8, start_id=2, end_id=3)
     >>> context = np.array([[5, 6, 7, 0]])
@@ -127,6 +97,8 @@ class Translator(
     ...     return_scores=True)
     >>> tuple(ids.shape), tuple(scores.shape)
     ((1, 6), (1,))
+
+    See docs/seq2seq.md, section "Translator".
     """
 
     def __init__(

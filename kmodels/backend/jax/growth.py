@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from kmodels.backend.jax import keras_internals
+from kmodels.backend import keras_internals
+from kmodels.backend.jax import keras_internals as jax_internals
 
 
 def table_is_trainable():
@@ -39,8 +40,8 @@ def resize_variable(variable, value):
         # Straight from host memory: each device receives only its rows.
         value = np.asarray(value, dtype=jnp.dtype(variable.dtype))
         new = keras.distribution.distribute_tensor(value, sharding)
-    variable._shape = shape
-    variable._value = new
+    keras_internals.set_variable_shape(variable, shape)
+    keras_internals.set_variable_storage(variable, new)
 
 
 def append_rows(variable, rows):
@@ -55,8 +56,8 @@ def append_rows(variable, rows):
         # the host, each device receiving its part.
         rows = keras.distribution.distribute_tensor(rows, sharding)
         new = jax.jit(_concatenate, out_shardings=sharding)(old, rows)
-    variable._shape = tuple(int(d) for d in new.shape)
-    variable._value = new
+    keras_internals.set_variable_shape(variable, new.shape)
+    keras_internals.set_variable_storage(variable, new)
 
 
 def _concatenate(old, rows):
@@ -73,7 +74,9 @@ def write_rows(variable, rows, values):
     rows = np.concatenate([rows, pad + rows[0]]).astype(np.int32)
     values = np.asarray(values, dtype=jnp.dtype(variable.dtype))
     values = np.concatenate([values, np.repeat(values[:1], size - n, 0)])
-    variable._value = _scatter(sharding)(variable.value, rows, values)
+    keras_internals.set_variable_storage(
+        variable, _scatter(sharding)(variable.value, rows, values)
+    )
 
 
 _SCATTERS = {}
@@ -110,7 +113,7 @@ def planned_row_shards(layer, name, shape):
         return 1
     # The same scope as `Layer.add_weight`, hence the same path.
     with keras.name_scope(layer.name, caller=layer):
-        parent = keras_internals.current_path()
+        parent = jax_internals.current_path()
     future = types.SimpleNamespace(
         path=f"{parent}/{name}" if parent else name,
         shape=tuple(shape),

@@ -4,6 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kmodels.backend import keras_internals
+
 
 def table_is_trainable():
     # Rows are written in place with resource scatters in the backward pass.
@@ -11,17 +13,18 @@ def table_is_trainable():
 
 
 def make_resizable(variable):
-    old = variable._value
+    old = keras_internals.variable_storage(variable)
     if isinstance(old, tf.distribute.DistributedValues):
         _refuse_strategy(variable)
     with tf.init_scope():
-        variable._value = tf.Variable(
+        resizable = tf.Variable(
             old.read_value(),
             dtype=old.dtype,
             trainable=old.trainable,
             name=variable.name,
             shape=tf.TensorShape([None] + old.shape.as_list()[1:]),
         )
+        keras_internals.set_variable_storage(variable, resizable)
 
 
 def _refuse_strategy(variable):
@@ -43,10 +46,12 @@ def _refuse_strategy(variable):
 def resize_variable(variable, value):
     # Same tf.Variable (first dimension dynamic): compiled train, test and
     # predict functions read the grown table; XLA recompiles for the shape.
-    if variable._value.shape.rank and variable._value.shape[0] is not None:
+    storage = keras_internals.variable_storage(variable)
+    if storage.shape.rank and storage.shape[0] is not None:
         make_resizable(variable)
-    variable._value.assign(tf.cast(value, variable._value.dtype))
-    variable._shape = tuple(int(d) for d in value.shape)
+        storage = keras_internals.variable_storage(variable)
+    storage.assign(tf.cast(value, storage.dtype))
+    keras_internals.set_variable_shape(variable, value.shape)
 
 
 def append_rows(variable, rows):
@@ -56,9 +61,10 @@ def append_rows(variable, rows):
 
 def write_rows(variable, rows, values):
     # A resource scatter: only these rows are written.
-    variable._value.scatter_update(
+    storage = keras_internals.variable_storage(variable)
+    storage.scatter_update(
         tf.IndexedSlices(
-            tf.convert_to_tensor(values, dtype=variable._value.dtype),
+            tf.convert_to_tensor(values, dtype=storage.dtype),
             tf.convert_to_tensor(rows, dtype=tf.int64),
         )
     )

@@ -36,14 +36,14 @@ def decoder_step(decoder, context, context_mask):
         input_bias, recurrent_bias = _value(cell.bias, dtype)
         # MultiHeadAttention's kernels: query/key/value (units, 1, key_dim),
         # output (1, key_dim, units); the query is scaled by 1/sqrt(key_dim).
-        wq = _value(mha._query_dense.kernel, dtype)[:, 0]
-        bq = _value(mha._query_dense.bias, dtype)[0]
-        wk = _value(mha._key_dense.kernel, dtype)[:, 0]
-        bk = _value(mha._key_dense.bias, dtype)[0]
-        wv = _value(mha._value_dense.kernel, dtype)[:, 0]
-        bv = _value(mha._value_dense.bias, dtype)[0]
-        wo = _value(mha._output_dense.kernel, dtype)[0]
-        bo = _value(mha._output_dense.bias, dtype)
+        wq = _value(mha.query_dense.kernel, dtype)[:, 0]
+        bq = _value(mha.query_dense.bias, dtype)[0]
+        wk = _value(mha.key_dense.kernel, dtype)[:, 0]
+        bk = _value(mha.key_dense.bias, dtype)[0]
+        wv = _value(mha.value_dense.kernel, dtype)[:, 0]
+        bv = _value(mha.value_dense.bias, dtype)[0]
+        wo = _value(mha.output_dense.kernel, dtype)[0]
+        bo = _value(mha.output_dense.bias, dtype)
         scale = 1.0 / math.sqrt(mha._key_dim)
         gamma = _value(norm.gamma, torch.float32)
         beta = _value(norm.beta, torch.float32)

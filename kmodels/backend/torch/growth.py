@@ -6,6 +6,8 @@ import keras
 import numpy as np
 import torch
 
+from kmodels.backend import keras_internals
+
 
 def table_is_trainable():
     # Rows are written in place (no_grad) in the backward pass.
@@ -18,12 +20,12 @@ def make_resizable(variable):
 
 
 def resize_variable(variable, value):
-    parameter = variable._value
+    parameter = keras_internals.variable_storage(variable)
     # Same Parameter object (torch_params keeps a reference); new storage.
     parameter.data = torch.as_tensor(
         value, dtype=parameter.dtype, device=parameter.device
     )
-    variable._shape = tuple(int(d) for d in value.shape)
+    keras_internals.set_variable_shape(variable, value.shape)
 
 
 def append_rows(variable, rows):
@@ -32,7 +34,7 @@ def append_rows(variable, rows):
 
 
 def write_rows(variable, rows, values):
-    data = variable._value.data
+    data = keras_internals.variable_storage(variable).data
     with torch.no_grad():
         # `index_copy_`, not `data[rows] = values`: the latter's index_put
         # took ~16 ms for 512 rows on a loaded 2-core CPU, this ~0.03 ms.
