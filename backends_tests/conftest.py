@@ -110,3 +110,15 @@ def randomize(rng):
         return [v.astype("float32").astype("float64") for v in values]
 
     return fill
+
+
+def pytest_collection_modifyitems(config, items):
+    # A test above 20 s on the 2-core machine carries
+    # `@pytest.mark.slow(reason="...")`: the reason is not optional.
+    for item in items:
+        for marker in item.iter_markers("slow"):
+            if not marker.kwargs.get("reason"):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.slow needs a one-line "
+                    'reason="..." (what makes it take over 20 s)'
+                )

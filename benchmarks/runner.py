@@ -133,10 +133,10 @@ def stream_records(command, env, timeout, on_record):
     calls `on_record(record)` for each `BENCH_RESULT` line as it arrives;
     kills the child after `timeout` seconds.
 
-    Returns `(why, stderr_tail)`: how the child ended ("child exited with
-    N", with a hint when it was killed, presumably by the timeout) and the
-    last 1500 characters of its stderr, for the "error" records of the
-    results it did not report."""
+    Returns `(why, stderr_tail, timed_out)`: how the child ended ("child
+    exited with N", or "ran past the N s timeout"), the last 1500
+    characters of its stderr, for the records of the results it did not
+    report, and whether the timeout killed it."""
     with tempfile.TemporaryFile("w+") as stderr:
         process = subprocess.Popen(
             command,
@@ -146,7 +146,13 @@ def stream_records(command, env, timeout, on_record):
             stderr=stderr,
             text=True,
         )
-        timer = threading.Timer(timeout, process.kill)
+        timed_out = threading.Event()
+
+        def kill():
+            timed_out.set()
+            process.kill()
+
+        timer = threading.Timer(timeout, kill)
         timer.start()
         try:
             for line in process.stdout:
@@ -158,9 +164,12 @@ def stream_records(command, env, timeout, on_record):
         stderr.seek(0)
         tail = stderr.read()[-1500:]
     why = f"child exited with {process.returncode}"
-    if process.returncode in (-9, 137):
-        why += f" (killed after the {timeout:.0f} s timeout?)"
-    return why, tail
+    if timed_out.is_set():
+        why = (
+            f"ran past the {timeout:.0f} s timeout (the machine may be busy: "
+            "--timeout sets it)"
+        )
+    return why, tail, timed_out.is_set()
 
 
 def run_group(
@@ -174,7 +183,8 @@ def run_group(
     threads=None,
 ):
     """Runs one child; calls `on_result(record)` for every case as it ends.
-    Cases the child did not report (crash, timeout) get an "error" record."""
+    Cases the child did not report get an "error" record (a crash), or a
+    "timeout" record (the child ran past `timeout` seconds)."""
     command = [
         sys.executable,
         "-m",
@@ -199,7 +209,7 @@ def run_group(
 
     if on_start:
         on_start(backend, names[0])
-    why, tail = stream_records(
+    why, tail, timed_out = stream_records(
         command, child_env(backend, threads=threads), timeout, on_record
     )
     for name in names:
@@ -208,7 +218,7 @@ def run_group(
                 {
                     "case": name,
                     "backend": backend,
-                    "status": "error",
+                    "status": "timeout" if timed_out else "error",
                     "error": f"{why}: {tail}",
                 }
             )
@@ -328,7 +338,9 @@ def main(argv=None):
         backends = available
     selected = select_cases(args.cases)
     isolation = args.isolation or ("backend" if args.quick else "workload")
-    timeout = args.timeout or (300.0 if args.quick else 900.0)
+    # Per child. Generous: an idle machine runs a quick child in about a
+    # minute; a busy one (two test lanes, other jobs) several times that.
+    timeout = args.timeout or 900.0
     groups = plan(selected, backends, isolation)
     out_dir = args.out or (
         tempfile.mkdtemp(prefix="kmodels-bench-") if args.quick else RESULTS_DIR
@@ -357,10 +369,10 @@ def main(argv=None):
         def on_result(record):
             results.append(record)
             progress.advance(task)
-            if record["status"] == "error":
+            if record["status"] in ("error", "timeout"):
                 progress.console.print(
-                    f"[red]{record['backend']} {record['case']}: "
-                    f"{record['error'][:300]}[/]"
+                    f"[red]{record['backend']} {record['case']} "
+                    f"({record['status']}): {record['error'][:300]}[/]"
                 )
 
         jobs = args.jobs or (2 if args.quick else 1)
@@ -413,5 +425,6 @@ def main(argv=None):
     console.print(
         f"wrote {stem}.json and {chart_path} in {meta['wall_s']:.0f} s"
     )
-    errors = [r for r in results if r["status"] == "error"]
-    return 1 if errors else 0
+    # A case that did not run fails the run, whichever way it failed.
+    failed = [r for r in results if r["status"] in ("error", "timeout")]
+    return 1 if failed else 0

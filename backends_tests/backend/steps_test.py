@@ -42,6 +42,11 @@ def _model():
     inputs = keras.Input((2,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
     model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=SPE)
+    # Hooks wrap the step functions Keras has made (fit makes its own
+    # before `on_train_begin`, where the growth hook is added).
+    model.make_train_function()
+    model.make_test_function()
+    model.make_predict_function()
     return model
 
 
@@ -82,7 +87,6 @@ def test_hooks_run_in_order_on_the_batches_of_each_step():
 
 def test_a_refusing_hook_stops_the_step_and_keeps_the_weights():
     model = _model()
-    model.make_train_function()
     before = [w.copy() for w in model.get_weights()]
     log = []
     hook = Recorder("refuse", 0, log, refuse_at=0)
@@ -99,7 +103,6 @@ def test_a_refusing_hook_stops_the_step_and_keeps_the_weights():
 
 def test_the_last_hook_out_puts_the_keras_step_back():
     model = _model()
-    model.make_train_function()
     original = model.train_function
     first, second = Recorder("a", 0, []), Recorder("b", 1, [])
     steps.add_hook(model, "train", first)

@@ -228,3 +228,22 @@ def test_child_env_threads_option():
     # By default every library keeps its own thread-pool choice.
     default = runner.child_env("torch", {})
     assert not any(name in default for name in runner.THREAD_VARIABLES)
+
+
+def test_a_child_past_its_timeout_reports_timeout_not_error():
+    # A child that cannot finish in 0.5 s (it imports Keras first): every
+    # case it did not report says "timeout", with the reason.
+    records = []
+    runner.run_group(
+        keras.backend.backend(),
+        ["embedding_10k", "matmul_keras"],
+        quick=True,
+        timeout=0.5,
+        on_result=records.append,
+    )
+    assert [(r["case"], r["status"]) for r in records] == [
+        ("embedding_10k", "timeout"),
+        ("matmul_keras", "timeout"),
+    ]
+    assert records[0]["error"].startswith("ran past the 0 s timeout")
+    assert runner.report.format_cell(records[0]) == "timeout"

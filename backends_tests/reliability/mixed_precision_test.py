@@ -260,7 +260,18 @@ def policy_scope():
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.slow(reason="a translator fit (12-22 s)"),
+        )
+        if name == "translator"
+        else name
+        for name in sorted(CASES)
+    ],
+)
 def test_mixed_precision(name, policy, policy_scope, rng, request):
     if (
         name == "transformer_encoder"

@@ -319,6 +319,9 @@ def _results_on(target, folder):
     return json.loads(lines[-1])
 
 
+@pytest.mark.slow(
+    reason="a training subprocess per backend, torch.compile (10-60 s)"
+)
 @pytest.mark.parametrize("target", BACKENDS)
 def test_training_resumes_on_every_backend(target, saved):
     results = _results_on(target, saved["folder"])

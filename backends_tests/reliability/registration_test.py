@@ -17,6 +17,7 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import masked_loss
@@ -90,6 +91,7 @@ def _run(args, env=None):
     return done.stdout
 
 
+@pytest.mark.slow(reason="imports kmodels in fresh processes (13-27 s)")
 def test_import_kmodels_registers_every_class(tmp_path):
     keras.utils.set_random_seed(2)
     model = Translator(20, 20, units=4)

@@ -135,6 +135,9 @@ def exported(tmp_path_factory):
     return bundle, path, test_src, test_tgt, served
 
 
+@pytest.mark.slow(
+    reason="trains, exports, serves in a TensorFlow process (30-45 s)"
+)
 def test_export_serves_translate_strings_with_tensorflow_alone(exported):
     bundle, path, test_src, test_tgt, served = exported
     assert served["imported"] == []

@@ -229,6 +229,7 @@ def copy_bundle():
     return TextTranslator(model, p, p), train
 
 
+@pytest.mark.slow(reason="trains a subword translator to spell (20-25 s)")
 def test_copy_task_brings_unseen_words_back(copy_bundle, tmp_path):
     bundle, train = copy_bundle
     model, p = bundle.translator, bundle.context_processor
@@ -301,6 +302,7 @@ EXPORT_TEXTS = [
 NO_WORD = ["", "  ", "日本"]
 
 
+@pytest.mark.slow(reason="exports and serves in a TensorFlow process (20-23 s)")
 def test_export_spells_unseen_words_with_tensorflow_alone(
     copy_bundle, tmp_path
 ):

@@ -223,6 +223,7 @@ def test_freeze_pretrained_encoder_then_unfreeze(rng):
     # Unfreezing (with a recompile) is in the next test.
 
 
+@pytest.mark.slow(reason="four fits of a translator (12-26 s)")
 def test_freezing_after_a_fit_with_and_without_recompiling(rng):
     """`Translator.set_encoder_trainable` (recompiles) behaves the same on
     every backend; flipping `encoder.trainable` on a model that has already

@@ -159,7 +159,7 @@ def validate(doc):
     its keys, and for every "ok" measurement positive, finite timings."""
     report.check_document(doc, KEYS, SCHEMA_VERSION, "distributed results JSON")
     for record in doc["results"]:
-        if record.get("status") not in ("ok", "n/a", "error"):
+        if record.get("status") not in ("ok", "n/a", "error", "timeout"):
             raise ValueError(f"unknown status {record.get('status')!r}")
         if record["status"] != "ok":
             continue

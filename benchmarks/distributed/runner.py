@@ -24,7 +24,8 @@ from benchmarks.report import format_ms
 def run_child(backend, devices, workloads, quick, timeout, on_result):
     """Runs one child (`benchmarks.distributed.child`) with `devices`
     virtual devices; calls `on_result(record)` for every measurement. A
-    crash or timeout gives one "error" record for the whole child."""
+    crash gives one "error" record for the whole child, a timeout one
+    "timeout" record."""
     batches = batches_for(workloads, devices, quick)
     command = [
         sys.executable, "-m", "benchmarks.distributed.child",
@@ -42,7 +43,7 @@ def run_child(backend, devices, workloads, quick, timeout, on_result):
         seen.append(record)
         on_result(record)
 
-    why, tail = runner.stream_records(
+    why, tail, timed_out = runner.stream_records(
         command, runner.child_env(backend), timeout, on_record
     )
     if len(seen) < expected:
@@ -51,7 +52,7 @@ def run_child(backend, devices, workloads, quick, timeout, on_result):
                 "backend": backend,
                 "workload": None,
                 "devices": devices,
-                "status": "error",
+                "status": "timeout" if timed_out else "error",
                 "error": f"{why} after {len(seen)} of {expected} results: "
                 f"{tail}",
             }
@@ -145,7 +146,7 @@ def main(argv=None):
 
     def on_result(record):
         results.append(record)
-        if record["status"] == "error":
+        if record["status"] in ("error", "timeout"):
             console.print(
                 f"[red]{record['backend']} {record.get('workload')} on "
                 f"{record.get('devices')} devices: {record['error'][:300]}[/]"
@@ -188,4 +189,5 @@ def main(argv=None):
     console.print(report.TORCH_NOTE)
     console.print(doc["note"])
     console.print(f"wrote {stem}.json and {stem}.md in {doc['wall_s']:.0f} s")
-    return 1 if any(r["status"] == "error" for r in results) else 0
+    failed = ("error", "timeout")
+    return 1 if any(r["status"] in failed for r in results) else 0

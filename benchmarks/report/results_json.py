@@ -52,7 +52,7 @@ def validate(doc):
             missing += [k for k in OK_KEYS if k not in record]
         if missing:
             raise ValueError(f"result {record.get('case')!r} misses {missing}")
-        if record["status"] not in ("ok", "n/a", "error"):
+        if record["status"] not in ("ok", "n/a", "error", "timeout"):
             raise ValueError(f"unknown status {record['status']!r}")
 
 

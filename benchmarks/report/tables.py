@@ -13,12 +13,15 @@ TARGET_HEADERS = ("target", "backend", "value", "goal", "met?", "note")
 
 def format_cell(record):
     """One table cell: `median (q1-q3) ms` plus GFLOP/s or tokens/s; "n/a"
-    when the code is not available, "error" when the case failed."""
+    when the code is not available, "error" when the case failed,
+    "timeout" when its process ran out of time."""
     if record is None:
         return "-"
     status = record.get("status")
     if status == "n/a":
         return "n/a (not available)"
+    if status == "timeout":
+        return "timeout"
     if status != "ok":
         return "error"
     if record.get("exact_match") is not None:

@@ -22,11 +22,13 @@ taken it out, bit-identical. What differs per backend (the step
 function's signature, where the state lies while an epoch runs, when a
 step must be traced again) lives in `kmodels.backend.<backend>.steps`.
 
-`add_hook` on a compiled model makes the step function if Keras has not
-yet. When Keras makes a new one later (the model is compiled after the
-hook was added, or again, or `make_train_function(force=True)`),
+`add_hook` wraps the step function Keras has made (`fit` makes it before
+`on_train_begin`). When Keras makes one later (the hook was added before,
+the model is compiled again, `make_train_function(force=True)`),
 `sync(model, kind)` wraps it: kmodels' models and the models `enforce`d by
-`kmodels.contracts` call it from their `make_*_function`.
+`kmodels.contracts` call it from their `make_*_function`. (Making a step
+function early is not harmless: on JAX it fixes the shardings of the
+optimizer's variables, which may not exist yet.)
 """
 
 import threading
@@ -102,11 +104,6 @@ def add_hook(model, kind, hook):
         hooks.append(hook)
         # Stable: hooks of one order run in the order they were added.
         wrapper.hooks = sorted(hooks, key=lambda h: h.order)
-        if getattr(model, f"{kind}_function") is None and getattr(
-            model, "compiled", False
-        ):
-            # Made now, as `fit` would make it, so that it is wrapped.
-            getattr(model, f"make_{kind}_function")()
         sync(model, kind)
 
 
