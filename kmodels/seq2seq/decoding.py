@@ -45,12 +45,6 @@ from kmodels.backend import keras_internals
 from kmodels.backend.compiled import compile_inference_loop
 from kmodels.seq2seq.masking import padding_mask
 
-# The argument checks `generate` runs first, with the sampler's plan.
-from kmodels.seq2seq.sampling import check_max_length as check_max_length
-from kmodels.seq2seq.sampling import check_seed as check_seed
-from kmodels.seq2seq.sampling import check_temperature as check_temperature
-from kmodels.seq2seq.sampling import plan as plan
-
 # Compiled generation loops kept per `Translator` (as the eager calls of
 # `kmodels.seq2seq.eager_cache`); the least recently used is dropped first.
 MAX_LOOPS = 32

@@ -18,7 +18,7 @@ from kmodels.saving.atomic import check_built
 from kmodels.saving.atomic import check_replaceable
 from kmodels.saving.atomic import write_atomically
 from kmodels.saving.portable_optimizer import load_model
-from kmodels.seq2seq import decoding
+from kmodels.seq2seq import sampling
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
 
@@ -109,9 +109,9 @@ def translate(
         )
     owner = "translate"
     if max_length is not None:
-        max_length = decoding.check_max_length(max_length, owner)
-    decoding.check_temperature(temperature, owner)
-    decoding.check_seed(seed, owner)
+        max_length = sampling.check_max_length(max_length, owner)
+    sampling.check_temperature(temperature, owner)
+    sampling.check_seed(seed, owner)
     check_str(separator, "separator", owner)
     return_attention = check_bool(
         return_attention, "return_attention", owner, type_error=True
@@ -415,7 +415,7 @@ class TextTranslator:
         check_built(self.translator, "TextTranslator.export")
         if max_length is not None:
             # The same check (and errors) as `translate`'s.
-            max_length = decoding.check_max_length(
+            max_length = sampling.check_max_length(
                 max_length, "TextTranslator.export"
             )
         path = os.fspath(path)

@@ -26,6 +26,7 @@ from kmodels.contracts.hook import check_not_running_elsewhere
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq import decoding
+from kmodels.seq2seq import sampling
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.eager_cache import LRUCache
@@ -368,11 +369,11 @@ class Translator(
         tokens = check_token_range(
             context_tokens, self.context_vocabulary_size, owner=owner
         )
-        max_length = decoding.check_max_length(max_length, owner)
+        max_length = sampling.check_max_length(max_length, owner)
         return_scores = check_bool(
             return_scores, "return_scores", owner, type_error=True
         )
-        request = decoding.plan(
+        request = sampling.plan(
             sampler,
             temperature,
             seed,
