@@ -36,6 +36,23 @@ _MODULES = {
     "torch": "torch",
 }
 
+# Set by the test environments of tox.ini for speed; not for measuring.
+SLOW_XLA_FLAG = "--xla_backend_optimization_level"
+
+
+def xla_flags_warning(quick, environ):
+    """The warning a full run prints when `environ`'s XLA_FLAGS change how
+    XLA optimises (None otherwise, and for `--quick` runs, whose figures
+    are not kept)."""
+    flags = environ.get("XLA_FLAGS", "")
+    if quick or SLOW_XLA_FLAG not in flags:
+        return None
+    return (
+        f"XLA_FLAGS sets {SLOW_XLA_FLAG} ({flags!r}): XLA compiles with "
+        "other optimisation than users get, so the figures are not "
+        "comparable with docs/benchmarks.md; unset it"
+    )
+
 
 def installed_backends():
     """The backends (and pseudo-backends) whose package can be imported."""
@@ -337,6 +354,9 @@ def main(argv=None):
     else:
         backends = available
     selected = select_cases(args.cases)
+    warning = xla_flags_warning(args.quick, os.environ)
+    if warning:
+        console.print(f"[yellow]{warning}[/]")
     isolation = args.isolation or ("backend" if args.quick else "workload")
     # Per child. Generous: an idle machine runs a quick child in about a
     # minute; a busy one (two test lanes, other jobs) several times that.
@@ -404,6 +424,9 @@ def main(argv=None):
         "isolation": isolation,
         "jobs": args.jobs or (2 if args.quick else 1),
         "threads": args.threads,
+        # What the parent's environment gives every child's XLA (tox's
+        # `bench` smoke run turns LLVM's optimisation off, see tox.ini).
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "machine": report.machine(),
         "versions": report.versions(),
     }

@@ -208,6 +208,9 @@ def test_quick_run_end_to_end_in_a_subprocess(tmp_path):
     (json_path,) = tmp_path.glob("*.json")
     doc = json.loads(json_path.read_text())
     assert doc["quick"] is True
+    # The XLA settings the children inherited are on record (tox's test
+    # environments set some, see tox.ini).
+    assert doc["xla_flags"] == os.environ.get("XLA_FLAGS", "")
     (record,) = doc["results"]
     assert (record["case"], record["backend"]) == ("matmul_numpy", "numpy")
     assert record["status"] == "ok"
@@ -247,3 +250,17 @@ def test_a_child_past_its_timeout_reports_timeout_not_error():
     ]
     assert records[0]["error"].startswith("ran past the 0 s timeout")
     assert runner.report.format_cell(records[0]) == "timeout"
+
+
+def test_full_runs_warn_when_xla_optimises_otherwise():
+    slow = {"XLA_FLAGS": "--a --xla_backend_optimization_level=0"}
+    message = runner.xla_flags_warning(False, slow)
+    assert message.startswith(
+        "XLA_FLAGS sets --xla_backend_optimization_level "
+        "('--a --xla_backend_optimization_level=0')"
+    )
+    assert message.endswith("unset it")
+    # Quick runs (nothing kept) and other flags: no warning.
+    assert runner.xla_flags_warning(True, slow) is None
+    assert runner.xla_flags_warning(False, {"XLA_FLAGS": "--a"}) is None
+    assert runner.xla_flags_warning(False, {}) is None

@@ -326,7 +326,7 @@ def _results_on(target, folder):
 
 
 @pytest.mark.slow(
-    reason="a training subprocess per backend, torch.compile (10-60 s)"
+    reason="a training subprocess per other backend (7-13 s each)"
 )
 @pytest.mark.parametrize("target", BACKENDS)
 def test_training_resumes_on_every_backend(target, saved):
