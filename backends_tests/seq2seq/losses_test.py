@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kmodels.seq2seq import Encoder
+from kmodels.seq2seq import MaskedLoss
 from kmodels.seq2seq import masked_acc
 from kmodels.seq2seq import masked_loss
 from kmodels.testing import oracle
@@ -136,3 +137,114 @@ def test_label_out_of_range_gives_nan_on_every_backend(rng):
     labels, logits = _data(rng)
     labels[1, 0] = 8  # logits have 6 classes (e.g. units instead of vocab)
     assert np.isnan(float(np_(masked_loss(labels, logits))))
+
+
+# Label smoothing (issue 30): Keras' target distribution, real tokens only.
+SMOOTHING = 0.2
+
+
+@pytest.mark.parametrize("smoothing", [0.1, 1.0])
+def test_label_smoothing_matches_the_oracle(rng, smoothing):
+    # The oracle writes the smoothed target distribution out over the whole
+    # vocabulary; padding (and its huge logits) still counts for nothing,
+    # and per-example weights weight tokens as without smoothing.
+    labels, logits = _data(rng)
+    logits[labels == 0] = 50.0
+    weights = np.array([1.0, 2.0, 0.5], "float32")
+    loss = MaskedLoss(label_smoothing=smoothing)
+    for sample_weight in (None, weights):
+        got = float(np_(loss(labels, logits, sample_weight=sample_weight)))
+        expected = oracle.masked_cross_entropy(
+            labels,
+            logits,
+            sample_weight=sample_weight,
+            label_smoothing=smoothing,
+        )
+        assert got == pytest.approx(expected, rel=RTOL, abs=ATOL)
+    # Smoothing changes the loss (the oracle without it differs by far
+    # more than the tolerance) ...
+    plain = oracle.masked_cross_entropy(labels, logits)
+    assert abs(float(np_(loss(labels, logits))) - plain) > 1e-2
+    # ... and 0 is today's loss exactly.
+    np.testing.assert_array_equal(
+        np_(MaskedLoss(label_smoothing=0.0)(labels, logits)),
+        np_(masked_loss(labels, logits)),
+    )
+
+
+def test_label_smoothing_gradient_matches_the_oracle(rng):
+    # Central differences of the float64 oracle; padded positions get
+    # exactly 0. float32 softmax terms of O(1): as above.
+    labels, logits = _data(rng)
+    holder = _Logits(logits)
+    loss = MaskedLoss(label_smoothing=SMOOTHING)
+
+    _, (grad,) = loss_gradients(
+        holder,
+        lambda: loss(labels, keras.ops.convert_to_tensor(holder.logits)),
+    )
+    (expected,) = numerical_gradient(
+        lambda p: oracle.masked_cross_entropy(
+            labels, p[0], label_smoothing=SMOOTHING
+        ),
+        [logits],
+    )
+    np.testing.assert_allclose(grad, expected, atol=1e-6)
+    assert np.all(grad[labels == 0] == 0.0)
+
+
+def test_label_smoothing_trains_in_fit_and_survives_a_keras_file(rng, tmp_path):
+    # The logits are rows of an embedding table looked up by the inputs:
+    # one SGD step (lr 1) inside the compiled `fit` moves the table by
+    # minus the oracle's gradient with respect to it.
+    vocab_in, vocab = 5, 6
+    inputs = rng.integers(0, vocab_in, (3, 4))
+    labels, _ = _data(rng)
+    table = rng.normal(size=(vocab_in, vocab)).astype("float32")
+    ids = keras.Input((4,), dtype="int32")
+    embedding = keras.layers.Embedding(
+        vocab_in,
+        vocab,
+        embeddings_initializer=keras.initializers.Constant(table),
+    )
+    model = keras.Model(ids, embedding(ids))
+    model.compile(
+        keras.optimizers.SGD(1.0), loss=MaskedLoss(label_smoothing=SMOOTHING)
+    )
+    model.fit(inputs, labels, batch_size=3, epochs=1, shuffle=False, verbose=0)
+    (expected_grad,) = numerical_gradient(
+        lambda p: oracle.masked_cross_entropy(
+            labels, p[0][inputs], label_smoothing=SMOOTHING
+        ),
+        [table],
+    )
+    trained = np_(embedding.embeddings)
+    np.testing.assert_allclose(trained, table - expected_grad, atol=1e-6)
+    # The loss and its smoothing are saved with the model.
+    path = str(tmp_path / "smoothed.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded.loss, MaskedLoss)
+    assert loaded.loss.label_smoothing == SMOOTHING
+    config = MaskedLoss(label_smoothing=SMOOTHING).get_config()
+    assert config["label_smoothing"] == SMOOTHING
+    # A config saved before label smoothing existed loads as 0.
+    old = MaskedLoss.from_config({"name": "masked_loss", "dtype": "float32"})
+    assert old.label_smoothing == 0.0
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (-0.1, r"label_smoothing in \[0, 1\]; got -0.1"),
+        (1.5, r"label_smoothing in \[0, 1\]; got 1.5"),
+        (float("nan"), r"label_smoothing in \[0, 1\]; got nan"),
+        ("0.1", r"a number in \[0, 1\]; got '0.1' \(str\)"),
+        (True, r"a number in \[0, 1\]; got True \(bool\)"),
+        (None, r"a number in \[0, 1\]; got None \(NoneType\)"),
+    ],
+    ids=["negative", "above_one", "nan", "string", "bool", "none"],
+)
+def test_bad_label_smoothing_is_refused(value, message):
+    with pytest.raises(ValueError, match=message):
+        MaskedLoss(label_smoothing=value)

@@ -107,6 +107,23 @@ def _token_weights(name, sample_weight, labels, dtype):
     return ops.reshape(weight, (ops.shape(labels)[0], -1))
 
 
+def _smoothing(value):
+    """`label_smoothing` as a float in [0, 1], or a clear error."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise ValueError(
+            "MaskedLoss expects label_smoothing to be a number in [0, 1]; "
+            f"got {value!r} ({type(value).__name__})"
+        )
+    value = float(value)
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise ValueError(
+            f"MaskedLoss expects label_smoothing in [0, 1]; got {value!r}"
+        )
+    return value
+
+
 @keras.saving.register_keras_serializable(package="kmodels")
 class MaskedLoss(keras.losses.Loss):
     """Softmax cross-entropy averaged over the non-padding positions.
@@ -117,10 +134,19 @@ class MaskedLoss(keras.losses.Loss):
     `sum(token_loss * m * w) / sum(m * w)`, and exactly 0 when
     `sum(m * w)` is 0. It is computed in float32, as Keras' losses are.
 
+    With `label_smoothing=e > 0`, `token_loss` is the cross-entropy
+    against `(1 - e) * one_hot(label) + e / vocab` (Keras' definition for
+    its categorical cross-entropies), that is
+    `(1 - e) * (-log p[label]) + e * mean_v(-log p[v])`, on real tokens
+    only: padding still counts for nothing. It needs finite logits for every
+    id (a logit of -inf makes the smoothed loss infinite).
+
     Args:
         name: str. Name of the loss. Defaults to `"masked_loss"`.
         dtype: dtype of the computation and of the result. Defaults to
             `keras.backend.floatx()`.
+        label_smoothing: float in `[0, 1]`. Defaults to `0.0`, the plain
+            cross-entropy.
 
     Call arguments:
         y_true: int `(batch, t)` (or `(batch, t, 1)`) target ids; 0 is
@@ -138,10 +164,11 @@ class MaskedLoss(keras.losses.Loss):
         TypeError: when `y_pred` is not a float tensor (integer "logits").
         ValueError: when the static shapes do not match `(batch, t)` and
             `(batch, t, vocab)`, or `sample_weight` is neither `(batch,)`
-            nor `(batch, t)`.
+            nor `(batch, t)`; when constructed with a `label_smoothing`
+            that is not a number in `[0, 1]`.
 
     Example:
-    >>> from kmodels.seq2seq import masked_loss
+    >>> from kmodels.seq2seq import MaskedLoss, masked_loss
     >>> y_true = np.array([[2, 1, 0], [3, 0, 0]])
     >>> y_pred = np.zeros((2, 3, 4), "float32")
     >>> round(float(masked_loss(y_true, y_pred)), 4)  # log(4)
@@ -150,6 +177,9 @@ class MaskedLoss(keras.losses.Loss):
     0.0
     >>> y_pred[0, 0, 2] = 5.0
     >>> round(float(masked_loss(y_true, y_pred, sample_weight=[0, 1])), 4)
+    1.3863
+    >>> smoothed = MaskedLoss(label_smoothing=0.1)
+    >>> round(float(smoothed(y_true, np.zeros((2, 3, 4), "float32"))), 4)
     1.3863
 
     See docs/seq2seq.md, section "MaskedLoss".
@@ -160,7 +190,8 @@ class MaskedLoss(keras.losses.Loss):
     # categorical cross-entropy.
     sparse_categorical = True
 
-    def __init__(self, name="masked_loss", dtype=None):
+    def __init__(self, name="masked_loss", dtype=None, label_smoothing=0.0):
+        self.label_smoothing = _smoothing(label_smoothing)
         super().__init__(name=name, reduction=None, dtype=dtype)
 
     @property
@@ -200,10 +231,17 @@ class MaskedLoss(keras.losses.Loss):
         )
         safe = ops.where(in_range, labels, 0)
         loss = sparse_cross_entropy(safe, y_pred)
+        if self.label_smoothing:
+            # -sum_v q_v log p_v with q = (1 - e) one_hot + e / V:
+            # (1 - e) * CE + e * (logsumexp(z) - mean(z)).
+            e = self.label_smoothing
+            uniform = ops.logsumexp(y_pred, axis=-1) - ops.mean(y_pred, axis=-1)
+            loss = (1.0 - e) * loss + e * uniform
         return ops.where(in_range, loss, float("nan"))
 
     def get_config(self):
         return {
+            "label_smoothing": self.label_smoothing,
             "name": self.name,
             "dtype": keras_internals.loss_dtype_policy(self).name,
         }
