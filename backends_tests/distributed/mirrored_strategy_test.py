@@ -169,6 +169,9 @@ def encoder_on_replicas(device_count):
     return _train_encoder(_strategy(replicas))
 
 
+@pytest.mark.slow(
+    reason="TensorFlow: a first 4-replica strategy, an encoder fit (15-25 s)"
+)
 def test_transformer_encoder_matches_one_device(
     device_count, encoder_on_replicas
 ):
@@ -180,6 +183,9 @@ def test_transformer_encoder_matches_one_device(
     _assert_parity(_train_encoder(None), encoder_on_replicas)
 
 
+@pytest.mark.slow(
+    reason="TensorFlow: a translator fit on 4 replicas and on one (24-35 s)"
+)
 def test_translator_matches_one_device(device_count):
     if BACKEND != "tensorflow":
         # No replica context here (JAX's keras.distribution runs one SPMD
