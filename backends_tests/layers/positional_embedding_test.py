@@ -248,3 +248,129 @@ def test_seed_fix_1_position_embedding_on_arange_raises():
     layer = keras_hub.layers.PositionEmbedding(sequence_length=7)
     with pytest.raises(IndexError, match="tuple index out of range"):
         layer(ops.arange(7))
+
+
+# Resampling to another length (issue 32). The oracle interpolates each
+# feature with np.interp at the pixel-centre coordinates of torch's
+# F.interpolate(mode="linear", align_corners=False); the layer applies a
+# float32 matrix of two nonzero weights per row: float32 rounding (~1e-7).
+RESIZE_TOL = dict(rtol=1e-6, atol=1e-6)
+
+
+def _interpolated(table, new):
+    old = table.shape[0]
+    coordinates = (np.arange(new) + 0.5) * old / new - 0.5
+    return np.stack(
+        [
+            np.interp(coordinates, np.arange(old), table[:, d])
+            for d in range(table.shape[1])
+        ],
+        axis=-1,
+    )
+
+
+@pytest.mark.parametrize("new", [3, 9, 14])
+def test_resized_interpolates_learned_positions_linearly(rng, new):
+    layer = _layer("learned", "add")
+    table = rng.normal(size=(9, 4)).astype("float32")
+    layer.position_embedding.position_embeddings.assign(table)
+    resized = layer.resized(new)
+    got = np_(resized.position_embedding.position_embeddings)
+    assert got.shape == (new, 4)
+    np.testing.assert_allclose(got, _interpolated(table, new), **RESIZE_TOL)
+    # The same wrapped layer (weights shared), this layer untouched.
+    assert resized.embedding is layer.embedding
+    np.testing.assert_array_equal(
+        np_(layer.position_embedding.position_embeddings), table
+    )
+    assert layer.sequence_length == 9 and resized.sequence_length == new
+    # Output: the embedding plus the interpolated row of each position.
+    ids = IDS[:, : min(new, IDS.shape[1])]
+    expected = np_(layer.embedding(ids)) + got[: ids.shape[1]]
+    np.testing.assert_allclose(np_(resized(ids)), expected, **LEARNED_TOL)
+
+
+def test_resized_to_the_same_length_is_exact_and_sine_is_recomputed(rng):
+    layer = _layer("learned", "concat")
+    table = rng.normal(size=(9, 4)).astype("float32")
+    layer.position_embedding.position_embeddings.assign(table)
+    np.testing.assert_array_equal(
+        np_(layer.resized(9).position_embedding.position_embeddings), table
+    )
+    sine = _layer("sine", "add")
+    longer = sine.resized(20)
+    ids = np.tile(IDS, (1, 2))[:, :14]
+    # Sine positions of a longer input: the same formula, further on.
+    np.testing.assert_allclose(
+        np_(longer(ids)),
+        np_(sine.embedding(ids)) + oracle.sine_position_encoding(14, 4),
+        **SINE_TOL,
+    )
+    with pytest.raises(ValueError, match="sequence_length"):
+        layer.resized(0)
+
+
+def test_resized_model_loads_then_fine_tunes_at_a_new_length(rng, tmp_path):
+    # Trained at length 6, saved, loaded, resized to 10, then one compiled
+    # fit step and predict at the new length.
+    def model_at(embedding_layer, length):
+        ids = keras.Input((length,), dtype="int32")
+        x = embedding_layer(ids)
+        x = keras.layers.GlobalAveragePooling1D()(x)
+        return keras.Model(ids, keras.layers.Dense(2, name="head")(x))
+
+    layer = PositionalEmbedding(
+        keras.layers.Embedding(10, 4), sequence_length=6, name="positions"
+    )
+    model = model_at(layer, 6)
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    x6 = rng.integers(0, 10, (8, 6))
+    model.fit(x6, rng.normal(size=(8, 2)), epochs=1, verbose=0)
+    path = str(tmp_path / "at6.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    trained = np_(
+        loaded.get_layer("positions").position_embedding.position_embeddings
+    )
+    longer = loaded.get_layer("positions").resized(10)
+    new_model = model_at(longer, 10)
+    new_model.get_layer("head").set_weights(
+        loaded.get_layer("head").get_weights()
+    )
+    np.testing.assert_allclose(
+        np_(longer.position_embedding.position_embeddings),
+        _interpolated(trained, 10),
+        **RESIZE_TOL,
+    )
+    new_model.compile(keras.optimizers.SGD(0.1), "mse")
+    x10 = rng.integers(0, 10, (8, 10))
+    before = np_(longer.position_embedding.position_embeddings)
+    history = new_model.fit(x10, rng.normal(size=(8, 2)), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    # The resampled positions train (every row gets a gradient).
+    after = np_(longer.position_embedding.position_embeddings)
+    assert np.all(np.abs(after - before).max(axis=-1) > 0)
+    assert new_model.predict(x10, verbose=0).shape == (8, 2)
+    # The fine-tuned model saves and loads at its new length.
+    new_path = str(tmp_path / "at10.keras")
+    new_model.save(new_path)
+    again = keras.saving.load_model(new_path)
+    assert again.get_layer("positions").sequence_length == 10
+    np.testing.assert_array_equal(
+        np_(
+            again.get_layer("positions").position_embedding.position_embeddings
+        ),
+        after,
+    )
+    np.testing.assert_allclose(
+        np_(again.predict(x10, verbose=0)),
+        np_(new_model.predict(x10, verbose=0)),
+        **LEARNED_TOL,
+    )
+
+
+def test_resized_refuses_a_learned_patch_grid_for_now():
+    layer = PositionalEmbedding(PatchEmbedding(2, 4), sequence_length=4)
+    layer.build((None, 4, 4, 3))
+    with pytest.raises(NotImplementedError, match="PatchEmbedding grid"):
+        layer.resized(9)

@@ -10,6 +10,8 @@ from kmodels.arguments import check_float
 from kmodels.arguments import check_int
 from kmodels.contracts.checks import check_positional_embedding_inputs
 from kmodels.contracts.checks import guarded_call
+from kmodels.layers.patch_embedding import PatchEmbedding
+from kmodels.layers.position_resampling import linear_weights
 
 _POSITIONS = ("learned", "sine")
 _MERGES = ("add", "concat")
@@ -179,6 +181,72 @@ class PositionalEmbedding(keras.layers.Layer):
         if self.merge == "add":
             return embedded + positions
         return ops.concatenate([embedded, positions], axis=-1)
+
+    def resized(self, sequence_length):
+        """A new layer holding `sequence_length` positions.
+
+        The new layer wraps the same `embedding` (the same layer and
+        weights, shared with this one) with the same settings. Learned
+        positions are resampled by linear interpolation over positions
+        (pixel centres, as torch's `F.interpolate(mode="linear",
+        align_corners=False)` and timm: row `i` samples the old table at
+        `(i + 0.5) * old / new - 0.5`); sine positions need nothing, they
+        are computed for any length. The same length gives the same table
+        exactly. This layer is left unchanged. The result is identical on
+        every backend (a fixed interpolation matrix, not
+        `keras.ops.image.resize`, whose sampling differs by backend).
+
+        Args:
+            sequence_length: int >= 1, the positions of the new layer.
+
+        Returns:
+            A `PositionalEmbedding`, built when this one is.
+
+        Raises:
+            ValueError: `sequence_length` is not an int >= 1.
+            NotImplementedError: the learned positions of a
+                `PatchEmbedding` grid (a 2-D resampling, not yet here).
+
+        Example:
+
+        ```python
+        model = keras.saving.load_model("trained_at_64.keras")
+        layer = model.get_layer("positional_embedding")
+        ids = keras.Input((128,), dtype="int32")
+        longer = layer.resized(128)  # positions interpolated 64 -> 128
+        x = longer(ids)  # then the rest of the model, and fit
+        ```
+        """
+        sequence_length = check_int(
+            sequence_length, "sequence_length", "PositionalEmbedding.resized"
+        )
+        config = self.get_config()
+        config.pop("embedding")
+        config["sequence_length"] = sequence_length
+        # Not through from_config: the new layer wraps this very embedding.
+        config.pop("build_config", None)
+        layer = type(self)(self.embedding, **config)
+        if not self.built or self.position != "learned":
+            return layer
+        if isinstance(self.embedding, PatchEmbedding):
+            # A flattened patch grid needs a 2-D resampling, not a 1-D one.
+            raise NotImplementedError(
+                "PositionalEmbedding.resized resamples token positions; the "
+                "learned positions of a PatchEmbedding grid (2-D) are not "
+                "supported yet"
+            )
+        table = self.position_embedding.position_embeddings
+        dim = table.shape[-1]
+        layer.position_embedding.build((None, sequence_length, dim))
+        weights = linear_weights(self.sequence_length, sequence_length)
+        layer.position_embedding.position_embeddings.assign(
+            ops.matmul(
+                ops.convert_to_tensor(weights, table.dtype),
+                ops.convert_to_tensor(table),
+            )
+        )
+        layer.built = True
+        return layer
 
     def compute_mask(self, inputs, mask=None):
         if not self.embedding.supports_masking:
