@@ -369,8 +369,80 @@ def test_resized_model_loads_then_fine_tunes_at_a_new_length(rng, tmp_path):
     )
 
 
-def test_resized_refuses_a_learned_patch_grid_for_now():
-    layer = PositionalEmbedding(PatchEmbedding(2, 4), sequence_length=4)
-    layer.build((None, 4, 4, 3))
-    with pytest.raises(NotImplementedError, match="PatchEmbedding grid"):
-        layer.resized(9)
+def _bicubic_oracle(grid, new_rows, new_cols, a=-0.75):
+    """Each output pixel from its 4x4 neighbourhood (indices clamped), as
+    torch's bicubic with align_corners=False: written pixel by pixel."""
+
+    def kernel(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x**3 - (a + 3) * x**2 + 1
+        if x < 2:
+            return a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
+        return 0.0
+
+    rows, cols, dim = grid.shape
+    out = np.zeros((new_rows, new_cols, dim))
+    for i in range(new_rows):
+        y = (i + 0.5) * rows / new_rows - 0.5
+        for j in range(new_cols):
+            x = (j + 0.5) * cols / new_cols - 0.5
+            for m in range(int(np.floor(y)) - 1, int(np.floor(y)) + 3):
+                for n in range(int(np.floor(x)) - 1, int(np.floor(x)) + 3):
+                    weight = kernel(y - m) * kernel(x - n)
+                    r = min(max(m, 0), rows - 1)
+                    c = min(max(n, 0), cols - 1)
+                    out[i, j] += weight * grid[r, c]
+    return out
+
+
+@pytest.mark.parametrize(
+    "new, grid", [((6, 5), (6, 5)), (36, (6, 6)), ((2, 3), (2, 3))]
+)
+def test_resized_resamples_a_patch_grid_bicubic(rng, new, grid):
+    # A 4x4 grid of patches (8x8 images, patches of 2) resampled to another
+    # grid: against the pixel-by-pixel oracle; then images of the new size.
+    layer = PositionalEmbedding(PatchEmbedding(2, 4), sequence_length=16)
+    layer.build((None, 8, 8, 3))
+    table = rng.normal(size=(16, 4)).astype("float32")
+    layer.position_embedding.position_embeddings.assign(table)
+    resized = layer.resized(new)
+    got = np_(resized.position_embedding.position_embeddings)
+    expected = _bicubic_oracle(table.reshape(4, 4, 4), *grid)
+    np.testing.assert_allclose(got, expected.reshape(-1, 4), **RESIZE_TOL)
+    assert resized.sequence_length == grid[0] * grid[1]
+    images = rng.normal(size=(2, 2 * grid[0], 2 * grid[1], 3)).astype("float32")
+    np.testing.assert_allclose(
+        np_(resized(images)),
+        np_(layer.embedding(images)) + got,
+        **LEARNED_TOL,
+    )
+    # The same grid is the same table, exactly; this layer is untouched.
+    np.testing.assert_array_equal(
+        np_(layer.resized((4, 4)).position_embedding.position_embeddings),
+        table,
+    )
+    np.testing.assert_array_equal(
+        np_(layer.position_embedding.position_embeddings), table
+    )
+
+
+def test_resized_patch_grids_that_are_not_square(rng):
+    # A 3x4 grid (6x8 images): the trained grid must be given.
+    layer = PositionalEmbedding(PatchEmbedding(2, 4), sequence_length=12)
+    layer.build((None, 6, 8, 3))
+    table = rng.normal(size=(12, 4)).astype("float32")
+    layer.position_embedding.position_embeddings.assign(table)
+    with pytest.raises(ValueError, match="got 12, which is not a square"):
+        layer.resized((6, 8))
+    with pytest.raises(ValueError, match=r"hold the layer's 12 positions"):
+        layer.resized((6, 8), from_grid=(4, 4))
+    with pytest.raises(ValueError, match="got 10, which is not a square"):
+        layer.resized(10, from_grid=(3, 4))
+    resized = layer.resized((6, 8), from_grid=(3, 4))
+    expected = _bicubic_oracle(table.reshape(3, 4, 4), 6, 8)
+    np.testing.assert_allclose(
+        np_(resized.position_embedding.position_embeddings),
+        expected.reshape(-1, 4),
+        **RESIZE_TOL,
+    )

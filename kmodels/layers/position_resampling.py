@@ -32,3 +32,54 @@ def linear_weights(old, new):
         weights[i, low] += 1.0 - fraction
         weights[i, high] += fraction
     return weights
+
+
+def _cubic(x, a):
+    # Keys' cubic convolution kernel; torch's bicubic uses a = -0.75.
+    x = abs(x)
+    if x <= 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    if x < 2.0:
+        return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    return 0.0
+
+
+def cubic_weights(old, new, a=-0.75):
+    """Bicubic interpolation along one axis, `(new, old)` float64 weights.
+
+    Output `i` samples at `(i + 0.5) * old / new - 0.5` (pixel centres) with
+    the four neighbours `floor(x) - 1 ... floor(x) + 2`, indices clamped to
+    the table, as torch's `F.interpolate(mode="bicubic",
+    align_corners=False)` (timm's default for position grids). Each row sums
+    to 1; `new == old` is the identity.
+
+    Args:
+        old: int >= 1, the positions along the axis.
+        new: int >= 1, the positions wanted.
+        a: float, the kernel's parameter. Defaults to torch's `-0.75`.
+    """
+    weights = np.zeros((new, old))
+    scale = old / new
+    for i in range(new):
+        source = (i + 0.5) * scale - 0.5
+        first = int(np.floor(source))
+        fraction = source - first
+        for k in range(-1, 3):
+            index = min(max(first + k, 0), old - 1)
+            weights[i, index] += _cubic(k - fraction, a)
+    return weights
+
+
+def resample_grid(table, old_grid, new_grid):
+    """A `(rows * cols, dim)` table of a row-major grid, resampled bicubic
+    to `new_grid`, in float64 NumPy: `(new_rows * new_cols, dim)`."""
+    rows, cols = old_grid
+    new_rows, new_cols = new_grid
+    grid = np.asarray(table, np.float64).reshape(rows, cols, -1)
+    out = np.einsum(
+        "ih,jw,hwd->ijd",
+        cubic_weights(rows, new_rows),
+        cubic_weights(cols, new_cols),
+        grid,
+    )
+    return out.reshape(new_rows * new_cols, -1)

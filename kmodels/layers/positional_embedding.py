@@ -12,9 +12,31 @@ from kmodels.contracts.checks import check_positional_embedding_inputs
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.patch_embedding import PatchEmbedding
 from kmodels.layers.position_resampling import linear_weights
+from kmodels.layers.position_resampling import resample_grid
 
 _POSITIONS = ("learned", "sine")
 _MERGES = ("add", "concat")
+
+
+def _grid(value, name, owner):
+    """`(rows, cols)` from a pair of ints or a square int, or a clear
+    error."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return tuple(check_int(v, name, owner) for v in value)
+    if isinstance(value, (tuple, list)):
+        raise ValueError(
+            f"{owner} expects {name} to be (rows, cols) of the patch grid "
+            f"or a square number of patches; got {value!r}"
+        )
+    n = check_int(value, name, owner)
+    side = int(round(n**0.5))
+    if side * side != n:
+        raise ValueError(
+            f"{owner} expects {name} to be (rows, cols) of the patch grid "
+            f"or a square number of patches; got {n}, which is not a "
+            "square: pass the grid"
+        )
+    return (side, side)
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
@@ -182,30 +204,42 @@ class PositionalEmbedding(keras.layers.Layer):
             return embedded + positions
         return ops.concatenate([embedded, positions], axis=-1)
 
-    def resized(self, sequence_length):
+    def resized(self, sequence_length, from_grid=None):
         """A new layer holding `sequence_length` positions.
 
         The new layer wraps the same `embedding` (the same layer and
-        weights, shared with this one) with the same settings. Learned
-        positions are resampled by linear interpolation over positions
-        (pixel centres, as torch's `F.interpolate(mode="linear",
-        align_corners=False)` and timm: row `i` samples the old table at
-        `(i + 0.5) * old / new - 0.5`); sine positions need nothing, they
-        are computed for any length. The same length gives the same table
-        exactly. This layer is left unchanged. The result is identical on
-        every backend (a fixed interpolation matrix, not
-        `keras.ops.image.resize`, whose sampling differs by backend).
+        weights, shared with this one) with the same settings; this layer
+        is left unchanged.
+
+        - Learned token positions are interpolated linearly over positions
+          (pixel centres, as torch's `F.interpolate(mode="linear",
+          align_corners=False)` and timm: row `i` samples the old table at
+          `(i + 0.5) * old / new - 0.5`).
+        - Learned positions around a `PatchEmbedding` form a row-major grid
+          of patches: the grid is resampled bicubic (torch's
+          `F.interpolate(mode="bicubic", align_corners=False)`, timm's
+          default). `sequence_length` is then the new grid, `(rows, cols)`,
+          or an int `n` for a square grid of `sqrt(n)` sides.
+        - Sine positions need nothing: they are computed for any length.
+
+        The same size gives the same table exactly. The resampling runs
+        once, in float64 NumPy, so every backend gets the same table.
 
         Args:
-            sequence_length: int >= 1, the positions of the new layer.
+            sequence_length: int >= 1; or, around a `PatchEmbedding`, a
+                tuple `(rows, cols)` of the new patch grid.
+            from_grid: `(rows, cols)` of the trained grid around a
+                `PatchEmbedding`, needed when `self.sequence_length` is not
+                a square number. Defaults to a square grid.
 
         Returns:
             A `PositionalEmbedding`, built when this one is.
 
         Raises:
-            ValueError: `sequence_length` is not an int >= 1.
-            NotImplementedError: the learned positions of a
-                `PatchEmbedding` grid (a 2-D resampling, not yet here).
+            ValueError: a length that is not an int >= 1, a grid that is
+                not two ints >= 1 (or a length that is no square where a
+                grid is needed), or `from_grid` that does not hold
+                `self.sequence_length` positions.
 
         Example:
 
@@ -217,33 +251,40 @@ class PositionalEmbedding(keras.layers.Layer):
         x = longer(ids)  # then the rest of the model, and fit
         ```
         """
-        sequence_length = check_int(
-            sequence_length, "sequence_length", "PositionalEmbedding.resized"
-        )
+        owner = "PositionalEmbedding.resized"
+        patches = isinstance(self.embedding, PatchEmbedding)
+        if patches:
+            new_grid = _grid(sequence_length, "sequence_length", owner)
+            old_grid = _grid(
+                self.sequence_length if from_grid is None else from_grid,
+                "from_grid",
+                owner,
+            )
+            if old_grid[0] * old_grid[1] != self.sequence_length:
+                raise ValueError(
+                    f"{owner} expects from_grid to hold the layer's "
+                    f"{self.sequence_length} positions; got {old_grid}"
+                )
+            length = new_grid[0] * new_grid[1]
+        else:
+            length = check_int(sequence_length, "sequence_length", owner)
         config = self.get_config()
         config.pop("embedding")
-        config["sequence_length"] = sequence_length
-        # Not through from_config: the new layer wraps this very embedding.
         config.pop("build_config", None)
+        config["sequence_length"] = length
+        # Not through from_config: the new layer wraps this very embedding.
         layer = type(self)(self.embedding, **config)
         if not self.built or self.position != "learned":
             return layer
-        if isinstance(self.embedding, PatchEmbedding):
-            # A flattened patch grid needs a 2-D resampling, not a 1-D one.
-            raise NotImplementedError(
-                "PositionalEmbedding.resized resamples token positions; the "
-                "learned positions of a PatchEmbedding grid (2-D) are not "
-                "supported yet"
-            )
         table = self.position_embedding.position_embeddings
-        dim = table.shape[-1]
-        layer.position_embedding.build((None, sequence_length, dim))
-        weights = linear_weights(self.sequence_length, sequence_length)
+        old = keras.ops.convert_to_numpy(table).astype(np.float64)
+        if patches:
+            new = resample_grid(old, old_grid, new_grid)
+        else:
+            new = linear_weights(self.sequence_length, length) @ old
+        layer.position_embedding.build((None, length, old.shape[-1]))
         layer.position_embedding.position_embeddings.assign(
-            ops.matmul(
-                ops.convert_to_tensor(weights, table.dtype),
-                ops.convert_to_tensor(table),
-            )
+            new.astype(keras.backend.standardize_dtype(table.dtype))
         )
         layer.built = True
         return layer
