@@ -1,9 +1,9 @@
 """Resampling a table of learned positions to another number of positions.
 
-The weights are a NumPy matrix `(new, old)` built once per size pair and
-applied with `keras.ops.matmul`, so every backend computes the same sums:
-`keras.ops.image.resize` would interpolate differently on each (TensorFlow,
-JAX and torch place and weight their samples in their own ways).
+The weights are NumPy matrices `(new, old)`, applied to the table once, in
+float64 NumPy, so every backend gets the same table: `keras.ops.image.resize`
+would interpolate differently on each (TensorFlow, JAX and torch place and
+weight their samples in their own ways).
 """
 
 import numpy as np
