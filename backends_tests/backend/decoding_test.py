@@ -272,7 +272,8 @@ def test_generate_dispatches_beam_search_to_the_native_loop(
     model, tokens = _model(3)
 
     def native_loop(*args):
-        raise _Native(args[-2:])
+        # (num_beams, return_all_beams), before the constraints.
+        raise _Native(args[-3:-1])
 
     def fallback(*args):
         raise _Fallback()

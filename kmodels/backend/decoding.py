@@ -20,7 +20,15 @@ Keras loop is tested (`backends_tests/backend/decoding_test.py`).
 from kmodels.backend import native
 
 
-def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
+def greedy_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    constraints=None,
+):
     """Greedy decoding of `decoder` over an encoded `context`, or None.
 
     The contract is the one of `Translator.generate(..., sampler="greedy")`:
@@ -36,6 +44,9 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
         start_id: int, the first id fed to the decoder.
         end_id: int, the id that ends a row.
         max_length: int >= 1, the generated positions.
+        constraints: a `kmodels.seq2seq.constraints.Constraints` or None:
+            the argmax is taken over the ids it allows; a row with none
+            left stops (padding) and scores `-inf`.
 
     Returns:
         `(ids, attention, scores)`: int32 `(batch, max_length)`, float
@@ -45,7 +56,13 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
         compiles the Keras loop instead (TensorFlow, JAX).
     """
     return native.decoding.greedy_loop(
-        decoder, context, context_mask, start_id, end_id, max_length
+        decoder,
+        context,
+        context_mask,
+        start_id,
+        end_id,
+        max_length,
+        constraints,
     )
 
 
@@ -81,6 +98,7 @@ def beam_loop(
     max_length,
     num_beams,
     return_all_beams,
+    constraints=None,
 ):
     """Beam search over `decoder` and an encoded `context`, or None.
 
@@ -106,6 +124,9 @@ def beam_loop(
         max_length: int >= 1, the generated positions.
         num_beams: int >= 1.
         return_all_beams: bool. Return every beam, or the best one.
+        constraints: a `kmodels.seq2seq.constraints.Constraints` or None:
+            the candidates it refuses are -inf (the scores of the others
+            unchanged); the length penalty is applied by the caller.
 
     Returns:
         With `return_all_beams`, every beam sorted by score, best first
@@ -125,4 +146,5 @@ def beam_loop(
         max_length,
         num_beams,
         return_all_beams,
+        constraints,
     )

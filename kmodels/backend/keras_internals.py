@@ -195,10 +195,18 @@ def mean_loss(fn):
     return LossFunctionWrapper(fn, name=fn.__name__)
 
 
-def run_sampler_loop(sampler, loop, next, prompt, **kwargs):
+def run_sampler_loop(
+    sampler, loop, next, prompt, log_probabilities=False, **kwargs
+):
     """Runs keras-hub `sampler` as `sampler(next, prompt, **kwargs)` with
     `loop(cond, body, initial, maximum_iterations)` as its while loop, and
     returns the loop's final variables (`sampler_loop_results` reads them).
+
+    With `log_probabilities`, `next` returns log-probabilities that need
+    not sum to one (constrained candidates at `-inf`): the copy's
+    `compute_probabilities` (keras-hub's public hook, a softmax at its
+    temperature) is their `exp`, so that beam search ranks by them as
+    they are, not renormalised over the allowed ids.
 
     `sampler` is not modified: a shallow copy of it runs. keras-hub
     samplers return only the ids (the cache is dropped) and run their loop
@@ -216,6 +224,8 @@ def run_sampler_loop(sampler, loop, next, prompt, **kwargs):
         return values
 
     sampler.run_loop = run_loop
+    if log_probabilities:
+        sampler.compute_probabilities = keras.ops.exp
     sampler(next, prompt, **kwargs)
     return final[-1]
 

@@ -43,6 +43,7 @@ from keras import ops
 from kmodels.backend import decoding as native_decoding
 from kmodels.backend import keras_internals
 from kmodels.backend.compiled import compile_inference_loop
+from kmodels.seq2seq.constraints import Constraints
 from kmodels.seq2seq.masking import padding_mask
 
 # Compiled generation loops kept per `Translator` (as the eager calls of
@@ -65,16 +66,18 @@ def loop_count(model):
     return len(model._generators)
 
 
-def compile_loop(model, request, max_length):
+def compile_loop(model, request, max_length, constraints):
     """The compiled generation loop of `model` (a `Translator`) for
-    `request`'s sampler configuration and `max_length`: `(sampler, run)`,
-    where `run(tokens, temperature, states)` returns `((ids, attention,
+    `request`'s sampler configuration, `max_length` and the structure of
+    `constraints` (a `kmodels.seq2seq.constraints.Constraints`; its
+    `values` are the loop's last input): `(sampler, run)`, where
+    `run(tokens, temperature, states, values)` returns `((ids, attention,
     scores), states)` (`decode`), compiled once for the backend
     (`kmodels.backend.compiled.compile_inference_loop`) and safe to call
     from several threads at once."""
     sampler = request.build()
 
-    def run(tokens, temperature, states):
+    def run(tokens, temperature, states, values):
         return decode(
             model,
             sampler,
@@ -85,14 +88,17 @@ def compile_loop(model, request, max_length):
             temperature if request.scaled else None,
             states,
             request.unit_temperature,
+            constraints.with_values(values),
         )
 
     return sampler, compile_inference_loop(run, model.variables)
 
 
-def call_loop(loop, request, tokens):
-    """Runs a `compile_loop` result for one call of `request` and returns
-    `(ids, attention, scores)`. The sampler's stream starts at `[seed, 0]`
+def call_loop(loop, request, tokens, constraints):
+    """Runs a `compile_loop` result for one call of `request` under
+    `constraints` (a `Constraints` of the same `key` as the loop's, whose
+    `values` are inputs of the loop) and returns `(ids, attention,
+    scores)`. The sampler's stream starts at `[seed, 0]`
     (as `keras.random.SeedGenerator(seed)`) or, without a seed, from the
     caller's instance, whose stream is then advanced."""
     sampler, run = loop
@@ -112,6 +118,7 @@ def call_loop(loop, request, tokens):
             min(request.temperature, _MAX_TEMPERATURE), "float32"
         ),
         states,
+        tuple(ops.convert_to_tensor(v) for v in constraints.values),
     )
     if request.stream is not None:
         for variable, value in zip(request.stream.variables, states):
@@ -172,6 +179,7 @@ def decode(
     temperature,
     states,
     unit_temperature,
+    constraints=None,
 ):
     """Runs `sampler` over `model` (a `Translator`) and returns `((ids,
     attention, scores), states)`; traceable (pure `keras.ops`).
@@ -199,7 +207,56 @@ def decode(
             are returned.
         unit_temperature: bool, `temperature` is 1 (beam search then uses
             its own log-probabilities as the scores).
+        constraints: a `kmodels.seq2seq.constraints.Constraints`, or None:
+            candidates it masks are never taken (scores stay the model's
+            log-probabilities), and with a length penalty the returned
+            scores are normalised and the beams ranked by them.
     """
+    if constraints is None:
+        constraints = Constraints()
+    constrained = constraints.active
+    beam = num_beams > 1 or isinstance(sampler, keras_hub.samplers.BeamSampler)
+    # A length penalty re-ranks every beam: the loop returns them all.
+    all_beams = return_all_beams or (constrained and beam)
+    (ids, attention, score), states = _decode(
+        model,
+        sampler,
+        tokens,
+        max_length,
+        num_beams,
+        all_beams,
+        temperature,
+        states,
+        unit_temperature,
+        constraints,
+    )
+    if not constrained:
+        return (ids, attention, score), states
+    score = constraints.normalise(score, ids, max_length)
+    if not beam:
+        return (ids, attention, score), states
+    order = ops.argsort(-score, axis=1)
+    score = ops.take_along_axis(score, order, axis=1)
+    ids = ops.take_along_axis(ids, order[:, :, None], axis=1)
+    attention = ops.take_along_axis(attention, order[:, :, None, None], axis=1)
+    if return_all_beams:
+        return (ids, attention, score), states
+    return (ids[:, 0], attention[:, 0], score[:, 0]), states
+
+
+def _decode(
+    model,
+    sampler,
+    tokens,
+    max_length,
+    num_beams,
+    return_all_beams,
+    temperature,
+    states,
+    unit_temperature,
+    constraints,
+):
+    """`decode` before the length penalty."""
     vocabulary = model.target_vocabulary_size
     end_id = model.end_id
     context = model.encoder(tokens)
@@ -224,6 +281,7 @@ def decode(
             max_length,
             num_beams,
             return_all_beams,
+            constraints,
         )
         if native is not None:
             return native, states
@@ -243,6 +301,7 @@ def decode(
             model.start_id,
             end_id,
             max_length,
+            constraints,
         )
         if native is not None:
             return native, states
@@ -250,6 +309,7 @@ def decode(
     native_step = native_decoding.decoder_step(
         model.decoder, context, context_mask
     )
+    constrained = constraints.active
     is_pad = ops.arange(vocabulary, dtype="int32") == 0
     # A row that has ended may only produce the padding id.
     ended_logits = ops.cast(ops.where(is_pad, 0.0, NEG_INF), "float32")[None]
@@ -292,6 +352,22 @@ def decode(
             log_probs = ops.log_softmax(
                 ops.where(ended[:, None], ended_logits, logits), axis=-1
             )
+        if constrained:
+            allowed = constraints.mask(logits, prompt[:, 1:], index - 1, end_id)
+            if search_scores:
+                # The search ranks by these log-probabilities as they are
+                # (`run_sampler_loop(log_probabilities=True)`): masked ids
+                # are removed, the others keep the model's values. A beam
+                # with no allowed id has only -inf candidates and drops out.
+                logits = ops.where(
+                    allowed == NEG_INF, NEG_INF, ops.log_softmax(logits)
+                )
+            else:
+                # A row with no allowed id stops: it writes padding, whose
+                # log-probability (-inf) its score takes at the next step.
+                dead = ops.all(allowed == NEG_INF, axis=-1)
+                ended = ops.logical_or(ended, dead)
+                logits = allowed
         if temperature is not None:
             logits = scale(logits)
         logits = ops.where(ended[:, None], ended_logits, logits)
@@ -333,6 +409,7 @@ def decode(
         # Only the start id is given (the other positions hold 0).
         mask=ops.not_equal(prompt, 0),
         stop_token_ids=(end_id,),
+        log_probabilities=constrained and search_scores,
     )
     states = loop.states
     prompt, cache, index, search_log_probs = (

@@ -25,6 +25,7 @@ from kmodels.contracts.hook import ContractModel
 from kmodels.contracts.hook import check_not_running_elsewhere
 from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
+from kmodels.seq2seq import constraints
 from kmodels.seq2seq import decoding
 from kmodels.seq2seq import sampling
 from kmodels.seq2seq.decoder import Decoder
@@ -274,6 +275,10 @@ class Translator(
         return_scores=False,
         temperature=None,
         seed=None,
+        length_penalty=0.0,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        banned_ids=None,
         **sampler_kwargs,
     ):
         """Generates target ids for a batch of context ids.
@@ -327,6 +332,27 @@ class Translator(
             seed: optional int in `[0, 2**31)`. With a seed, sampling is
                 reproducible (on a given backend); without, each call draws
                 afresh. Deterministic samplers ignore it.
+            length_penalty: finite float (default 0). A sequence's returned
+                score is its log-probability divided by `length **
+                length_penalty`, `length` counting the generated ids with
+                the end id (or `max_length` for a sequence cut there); beam
+                search returns, and `return_all_beams` orders, its beams by
+                that score. > 0 favours longer outputs, < 0 shorter ones.
+            min_length: int in `[0, max_length]` (default 0). Every
+                sequence has at least `min_length` generated ids, the end
+                id included: the end id is the `min_length`-th id at the
+                earliest.
+            no_repeat_ngram_size: int >= 0 (default 0: off). No n-gram of
+                that many generated ids occurs twice in a sequence.
+            banned_ids: optional sequence of ids in
+                `[0, target_vocabulary_size)` never generated (e.g. the
+                unknown-word id); they may not cover every id but 0.
+
+                The last three only remove candidates, for every sampler:
+                scores stay the model's own log-probabilities, without
+                renormalisation over the allowed ids. A sequence left with
+                no allowed id stops there (padding follows) and scores
+                `-inf`. The defaults give the unconstrained output exactly.
             **sampler_kwargs: the sampler's arguments (table above).
 
         Returns:
@@ -345,8 +371,11 @@ class Translator(
                 naming it, what was expected and what arrived (the error is
                 also a `ValueError`).
             ValueError: ids out of range, `max_length < 1`, a negative or
-                non-finite temperature, an unknown sampler name, an unknown
-                or out-of-range sampler argument (of a name or an
+                non-finite temperature, a non-finite `length_penalty`, a
+                negative `min_length` or `no_repeat_ngram_size`,
+                `min_length > max_length`, banned ids out of range or
+                covering the whole vocabulary, an unknown sampler name, an
+                unknown or out-of-range sampler argument (of a name or an
                 instance), or a temperature the sampler does not take.
 
         Example:
@@ -373,6 +402,15 @@ class Translator(
         return_scores = check_bool(
             return_scores, "return_scores", owner, type_error=True
         )
+        limits = constraints.check(
+            length_penalty,
+            min_length,
+            no_repeat_ngram_size,
+            banned_ids,
+            max_length,
+            self.target_vocabulary_size,
+            owner,
+        )
         request = sampling.plan(
             sampler,
             temperature,
@@ -384,12 +422,12 @@ class Translator(
         if not self.built:
             self.build((tokens.shape, (tokens.shape[0], 1)))
         loop = self._generators.get(
-            (max_length, request.key),
-            lambda: decoding.compile_loop(self, request, max_length),
+            (max_length, request.key, limits.key),
+            lambda: decoding.compile_loop(self, request, max_length, limits),
             decoding.MAX_LOOPS,
         )
         with checked():
-            outputs = decoding.call_loop(loop, request, tokens)
+            outputs = decoding.call_loop(loop, request, tokens, limits)
         # Outputs, not graph nodes: torch's eager loop records gradients.
         ids, attention, scores = (ops.stop_gradient(x) for x in outputs)
         if return_scores:

@@ -1,7 +1,9 @@
 """JAX side of `kmodels.backend.decoding`."""
 
 
-def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
+def greedy_loop(
+    decoder, context, context_mask, start_id, end_id, max_length, constraints
+):
     # Nothing to do: `Translator.generate` compiles its Keras loop here.
     return None
 
@@ -20,6 +22,7 @@ def beam_loop(
     max_length,
     num_beams,
     return_all_beams,
+    constraints,
 ):
     # Nothing to do: `Translator.generate` compiles keras-hub's beam loop.
     return None

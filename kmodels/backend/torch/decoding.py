@@ -84,10 +84,55 @@ def decoder_step(decoder, context, context_mask):
     return step
 
 
-def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
+def _refusals(constraints, end_id, vocabulary, device):
+    """`refused(generated, count)`: bool `(rows, vocabulary)`, the ids
+    `constraints` (a `kmodels.seq2seq.constraints.Constraints`) refuse as
+    the `count + 1`-th generated id, given the ids generated so far
+    (`generated[:, :count]`); None when it masks nothing. The same rules as
+    `Constraints.mask`, with the repeated n-grams scattered rather than
+    compared against every id (eager torch would build the whole
+    `(rows, windows, vocabulary)` comparison)."""
+    if constraints is None or not constraints.active:
+        return None
+    # This call's values (the loop's inputs), not the loop's first ones.
+    banned, min_length, _ = constraints.values
+    banned = torch.as_tensor(banned, device=device).to(torch.bool)
+    min_length = int(min_length)
+    size = constraints.no_repeat_ngram_size
+
+    def refused(generated, count):
+        rows = generated.shape[0]
+        out = banned.expand(rows, vocabulary).clone()
+        if count + 1 < min_length:
+            out[:, end_id] = True
+        if size and count >= size:
+            generated = generated.long()
+            windows = count - size + 1
+            match = torch.ones((rows, windows), dtype=torch.bool, device=device)
+            for k in range(size - 1):
+                last = generated[:, count - size + 1 + k, None]
+                match &= generated[:, k : k + windows] == last
+            following = generated[:, size - 1 : size - 1 + windows]
+            hits = torch.zeros((rows, vocabulary), device=device)
+            hits.scatter_add_(1, following, match.float())
+            out |= hits > 0
+        return out
+
+    return refused
+
+
+def greedy_loop(
+    decoder, context, context_mask, start_id, end_id, max_length, constraints
+):
     step = decoder_step(decoder, context, context_mask)
     if step is None:
         return None
+    refused = _refusals(
+        constraints,
+        end_id,
+        decoder.output_layer.kernel.shape[-1],
+        torch.as_tensor(context).device,
+    )
     dtype = getattr(torch, decoder.compute_dtype)
     with torch.no_grad():
         batch, s = context.shape[0], context.shape[1]
@@ -102,11 +147,22 @@ def greedy_loop(decoder, context, context_mask, start_id, end_id, max_length):
             logits, state, weights = step(token, state)
             # The padding id is never generated.
             logits[:, 0] = -1e9
-            nxt = torch.argmax(logits, dim=-1)
+            if refused is None:
+                nxt = torch.argmax(logits, dim=-1)
+            else:
+                allowed = logits.masked_fill(refused(ids, i), -math.inf)
+                allowed[:, 0] = -math.inf
+                # A row with no allowed id stops, scoring -inf.
+                dead = torch.isneginf(allowed).all(dim=-1)
+                nxt = torch.argmax(allowed, dim=-1).masked_fill(dead, 0)
             log_probs = torch.log_softmax(logits, dim=-1)
             chosen = log_probs.gather(1, nxt[:, None])[:, 0]
+            if refused is not None:
+                chosen = chosen.masked_fill(dead, -math.inf)
             scores = torch.where(done, scores, scores + chosen)
             done = done | (nxt == end_id)
+            if refused is not None:
+                done = done | dead
             nxt = torch.where(done, torch.zeros_like(nxt), nxt)
             ids[:, i] = nxt.to(torch.int32)
             attention[:, i] = torch.where(
@@ -127,6 +183,7 @@ def beam_loop(
     max_length,
     num_beams,
     return_all_beams,
+    constraints,
 ):
     with torch.no_grad():
         context = torch.as_tensor(context)
@@ -160,6 +217,15 @@ def beam_loop(
         token = torch.full((rows,), start_id, **like)
         state = torch.zeros((rows, decoder.units), dtype=dtype, device=device)
         offsets = torch.arange(batch, device=device)[:, None] * num_beams
+        refused = _refusals(
+            constraints,
+            end_id,
+            decoder.output_layer.kernel.shape[-1],
+            device,
+        )
+        if refused is not None:
+            # Each beam's ids so far, reordered with the beams.
+            history = torch.zeros((rows, max_length), **like)
         steps = 0
         for i in range(max_length):
             logits, state, weights[i] = step(token, state)
@@ -167,6 +233,10 @@ def beam_loop(
             # The padding id is never generated (probability 0).
             logits[:, 0] = -inf
             candidates = torch.log_softmax(logits, dim=-1)
+            if refused is not None:
+                # Refused ids are removed; the others keep their
+                # log-probabilities (no renormalisation).
+                candidates.masked_fill_(refused(history, i), -inf)
             candidates += scores[:, None]
             if bool(done.any()):
                 # An ended beam (its last id the end id or padding) is one
@@ -180,6 +250,9 @@ def beam_loop(
             token = (index % vocabulary).reshape(rows)
             scores = top.reshape(rows)
             state = state[parent]
+            if refused is not None:
+                history = history[parent]
+                history[:, i] = token
             done = done[parent] | (token == end_id) | (token == 0)
             tokens[i], parents[i] = token, parent
             steps = i + 1

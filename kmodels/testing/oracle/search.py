@@ -15,9 +15,15 @@ hypothesis that has ended stays one candidate with an unchanged score (it
 can only be extended by padding). With `num_beams` at least the number of
 hypotheses the search can form, it is exact; `exhaustive_search`
 enumerates every sequence instead.
-"""
 
-import itertools
+Constraints (`Translator.generate`'s, written here from their definitions,
+one sequence at a time): an id is refused when it is banned, when it is the
+end id before the `min_length`-th position, or when it would complete an
+n-gram of `no_repeat_ngram_size` ids that the sequence holds already.
+Refused ids are removed; the others keep their log-probabilities. A
+finished sequence is ranked by `score / len(sequence) ** length_penalty`
+(its ids, the end id included), which is the score returned.
+"""
 
 import numpy as np
 
@@ -54,6 +60,29 @@ class _Row:
             state=state,
         )
         return _log_probs(logits[0, 0]), state, attention[0, 0]
+
+
+def _allowed(sequence, token, end_id, min_length, no_repeat, banned):
+    """Whether `token` may follow the generated ids `sequence` (a tuple)."""
+    if token in banned:
+        return False
+    if token == end_id and len(sequence) + 1 < min_length:
+        return False
+    if no_repeat:
+        candidate = sequence + (token,)
+        last = candidate[len(candidate) - no_repeat :]
+        if len(candidate) >= no_repeat:
+            # n-grams that end before the new one's last id.
+            for j in range(len(candidate) - no_repeat):
+                if candidate[j : j + no_repeat] == last:
+                    return False
+    return True
+
+
+def _normalised(score, sequence, length_penalty):
+    if length_penalty == 0.0:
+        return score
+    return score / len(sequence) ** length_penalty
 
 
 def _rows(context_tokens, encoder_weights, decoder_weights):
@@ -118,14 +147,25 @@ def beam_search(
     end_id,
     max_length,
     num_beams,
+    length_penalty=0.0,
+    min_length=0,
+    no_repeat_ngram_size=0,
+    banned_ids=(),
 ):
-    """Beam search; `num_beams=1` is greedy decoding.
+    """Beam search; `num_beams=1` is greedy decoding (the argmax over the
+    allowed ids at each step).
+
+    The constraints remove candidates during the search, which ranks by
+    summed log-probability; the final hypotheses are sorted by their
+    normalised score (`length_penalty`). A hypothesis with no allowed
+    extension is dropped (with one beam: the row stops, scoring `-inf`).
 
     Returns:
         `(ids (batch, k, max_length), scores (batch, k))`, the `k <=
         num_beams` kept hypotheses of each row sorted by score, best first
         (`k` is the smallest count over rows).
     """
+    banned = frozenset(banned_ids)
     rows = _rows(context_tokens, encoder_weights, decoder_weights)
     all_ids, all_scores = [], []
     for row in rows:
@@ -140,6 +180,15 @@ def beam_search(
                 token = sequence[-1] if sequence else start_id
                 log_probs, new_state, _ = row.step(token, state)
                 for v in range(1, log_probs.shape[0]):
+                    if not _allowed(
+                        sequence,
+                        v,
+                        end_id,
+                        min_length,
+                        no_repeat_ngram_size,
+                        banned,
+                    ):
+                        continue
                     candidates.append(
                         (
                             score + log_probs[v],
@@ -149,9 +198,16 @@ def beam_search(
                         )
                     )
             candidates.sort(key=lambda c: -c[0])
+            if not candidates:
+                # No allowed id: the (single) hypothesis stops at -inf.
+                candidates = [(-np.inf, beams[0][1], None, True)]
             beams = candidates[:num_beams]
-        all_ids.append([_as_ids(b[1], max_length, end_id) for b in beams])
-        all_scores.append([b[0] for b in beams])
+        finished = sorted(
+            ((_normalised(b[0], b[1], length_penalty), b[1]) for b in beams),
+            key=lambda b: -b[0],
+        )
+        all_ids.append([_as_ids(b[1], max_length, end_id) for b in finished])
+        all_scores.append([b[0] for b in finished])
     k = min(len(s) for s in all_scores)
     return (
         np.array([i[:k] for i in all_ids]),
@@ -166,36 +222,49 @@ def exhaustive_search(
     start_id,
     end_id,
     max_length,
+    length_penalty=0.0,
+    min_length=0,
+    no_repeat_ngram_size=0,
+    banned_ids=(),
 ):
     """The highest-scoring sequence of each row among all sequences of at
-    most `max_length` ids (ended by `end_id`, or cut at `max_length`):
-    `(vocab - 1) ** max_length` paths at most, for tiny models only.
+    most `max_length` ids (ended by `end_id`, or cut at `max_length`) that
+    the constraints allow, ranked by normalised score: a depth-first walk
+    over every prefix (each decoder step computed once), at most
+    `(vocab - 1) ** max_length` paths, for tiny models only.
 
     Returns:
         `(ids (batch, max_length), scores (batch,))`.
     """
     rows = _rows(context_tokens, encoder_weights, decoder_weights)
     vocabulary = len(decoder_weights[-1])
+    banned = frozenset(banned_ids)
     best_ids, best_scores = [], []
     for row in rows:
-        best = (-np.inf, ())
-        for length in range(1, max_length + 1):
-            for sequence in itertools.product(
-                range(1, vocabulary), repeat=length
-            ):
-                # Only the last id may be the end id; a shorter sequence
-                # must end with it.
-                if end_id in sequence[:-1]:
+        best = [-np.inf, ()]
+
+        def walk(sequence, token, state, score, row=row, best=best):
+            log_probs, state, _ = row.step(token, state)
+            for v in range(1, vocabulary):
+                if not _allowed(
+                    sequence,
+                    v,
+                    end_id,
+                    min_length,
+                    no_repeat_ngram_size,
+                    banned,
+                ):
                     continue
-                if length < max_length and sequence[-1] != end_id:
-                    continue
-                token, state, score = start_id, None, 0.0
-                for v in sequence:
-                    log_probs, state, _ = row.step(token, state)
-                    score += log_probs[v]
-                    token = v
-                if score > best[0]:
-                    best = (score, sequence)
+                extended = sequence + (v,)
+                total = score + log_probs[v]
+                if v == end_id or len(extended) == max_length:
+                    ranked = _normalised(total, extended, length_penalty)
+                    if ranked > best[0]:
+                        best[:] = [ranked, extended]
+                else:
+                    walk(extended, v, state, total)
+
+        walk((), start_id, None, 0.0)
         best_ids.append(_as_ids(best[1], max_length, end_id))
         best_scores.append(best[0])
     return np.array(best_ids), np.array(best_scores)

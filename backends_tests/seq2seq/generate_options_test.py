@@ -1,0 +1,346 @@
+"""`Translator.generate`'s constraints (`length_penalty`, `min_length`,
+`no_repeat_ngram_size`, `banned_ids`) against the NumPy search oracle
+(`kmodels.testing.oracle.search`), which applies them from their
+definitions one sequence at a time: exhaustive search for beam search with
+enough beams, step-by-step argmax for greedy decoding.
+
+On TensorFlow and JAX these run keras-hub's compiled loops; on torch the
+native greedy and beam loops (`kmodels.backend.decoding`), and keras-hub's
+loop for a `BeamSampler` subclass and for sampling."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+from kmodels.seq2seq import Translator
+from kmodels.seq2seq import decoding
+from kmodels.testing.oracle import search
+
+np_ = keras.ops.convert_to_numpy
+
+# Target vocabulary 5 (padding, START, END and two more ids) and at most 3
+# generated ids: the oracle enumerates every sequence.
+VOCAB_C, VOCAB_T, UNITS, LENGTH = 7, 5, 4, 3
+START, END = 1, 2
+CONTEXT = np.array(
+    [[3, 4, 5, 6, 1], [6, 1, 2, 0, 0], [2, 0, 0, 0, 0], [5, 5, 3, 2, 0]],
+    "int32",
+)
+# With 4 candidate ids and 3 steps, beam search meets at most 1 + 3 + 9
+# ended and 27 live hypotheses, and scores 9 * 4 + 4 = 40 at the last
+# step: 40 beams keep every sequence, so the best one after the length
+# penalty's re-ranking is the exhaustive optimum.
+WIDE = 40
+# float32 log-softmax sums of <= 3 terms against float64 (a length
+# penalty divides them by at most 3 ** 1.5): measured < 3e-6.
+SCORE_TOL = dict(rtol=1e-5, atol=1e-5)
+# Each alone and in combination; options with the same n-gram size share
+# one compiled loop (the other values are inputs of the loop).
+OPTIONS = {
+    "length_penalty": dict(length_penalty=1.0),
+    "negative_length_penalty": dict(length_penalty=-0.7),
+    "min_length": dict(min_length=3),
+    "no_repeat_1": dict(no_repeat_ngram_size=1),
+    "banned_ids": dict(banned_ids=[4]),
+    "all": dict(
+        length_penalty=1.5,
+        min_length=2,
+        no_repeat_ngram_size=2,
+        banned_ids=(4,),
+    ),
+    "all_other_values": dict(
+        length_penalty=0.5,
+        min_length=3,
+        no_repeat_ngram_size=2,
+        banned_ids=np.array([1]),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def model():
+    """Weights uniform in [-1.5, 1.5] from seed 24 (those of
+    `generate_test.py`: greedy rows differ, one row ends at once, beam
+    search beats greedy on three rows)."""
+    model = Translator(VOCAB_C, VOCAB_T, UNITS, start_id=START, end_id=END)
+    model.build((CONTEXT.shape, (4, 1)))
+    rng = np.random.default_rng(24)
+    model.set_weights(
+        [
+            rng.uniform(-1.5, 1.5, tuple(w.shape)).astype("float32")
+            for w in model.weights
+        ]
+    )
+    return model
+
+
+def _oracle(function, model, *args, **options):
+    weights = [w.astype("float64") for w in model.get_weights()]
+    n = len(model.encoder.weights)
+    options = dict(options)
+    if "banned_ids" in options:
+        options["banned_ids"] = [int(i) for i in options["banned_ids"]]
+    return function(
+        CONTEXT, weights[:n], weights[n:], START, END, *args, **options
+    )
+
+
+def _generate(model, **kwargs):
+    outputs = model.generate(CONTEXT, LENGTH, return_scores=True, **kwargs)
+    return tuple(map(np_, outputs))
+
+
+def _sequence(ids):
+    """The generated ids of one output row, the end id put back: a row
+    shorter than `LENGTH` ended with `END`."""
+    n = int(np.sum(ids != 0))
+    return tuple(int(i) for i in ids[:n]) + ((END,) if n < LENGTH else ())
+
+
+def _obeys(sequence, min_length=0, no_repeat_ngram_size=0, banned_ids=(), **_):
+    """The constraints checked on a whole sequence, from their wording."""
+    if set(sequence) & set(int(i) for i in banned_ids):
+        return False
+    if sequence[-1] == END and len(sequence) < min_length:
+        return False
+    n = no_repeat_ngram_size
+    if n:
+        grams = [sequence[j : j + n] for j in range(len(sequence) - n + 1)]
+        if len(grams) != len(set(grams)):
+            return False
+    return True
+
+
+def _forced(model, context, ids):
+    """Teacher-forced oracle scores and attention of outputs `ids`."""
+    weights = [w.astype("float64") for w in model.get_weights()]
+    n = len(model.encoder.weights)
+    return search.score_sequences(
+        context, ids, weights[:n], weights[n:], START, END
+    )
+
+
+def _penalised(scores, ids, length_penalty=0.0, **_):
+    lengths = np.array([len(_sequence(row)) for row in ids])
+    return scores / lengths.astype("float64") ** length_penalty
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_wide_beam_equals_exhaustive_search(model, options):
+    ids, attention, scores = _generate(
+        model, sampler="beam", num_beams=WIDE, return_all_beams=True, **options
+    )
+    expected_ids, expected_scores = _oracle(
+        search.exhaustive_search, model, LENGTH, **options
+    )
+    np.testing.assert_array_equal(ids[:, 0], expected_ids)
+    np.testing.assert_allclose(scores[:, 0], expected_scores, **SCORE_TOL)
+    # Every real beam obeys the constraints, is ranked by its normalised
+    # score, and that score is the model's own log-probability (teacher
+    # forced by the oracle) over its length ** length_penalty.
+    real = np.isfinite(scores)
+    assert np.all(np.diff(scores, axis=1)[real[:, 1:]] <= 1e-6)
+    for row in range(len(CONTEXT)):
+        for beam in np.flatnonzero(real[row]):
+            assert _obeys(_sequence(ids[row, beam]), **options)
+    rows, beams = np.nonzero(real)
+    forced, forced_attention = _forced(model, CONTEXT[rows], ids[rows, beams])
+    np.testing.assert_allclose(
+        scores[rows, beams],
+        _penalised(forced, ids[rows, beams], **options),
+        **SCORE_TOL,
+    )
+    np.testing.assert_allclose(
+        attention[rows, beams], forced_attention, atol=1e-5
+    )
+
+
+# Greedy decoding masks with the same code as beam search on TensorFlow and
+# JAX (torch has its own greedy loop): each n-gram size of OPTIONS.
+GREEDY = ("min_length", "no_repeat_1", "all", "all_other_values")
+
+
+@pytest.mark.parametrize("name", GREEDY)
+def test_greedy_is_the_stepwise_argmax_under_the_constraints(model, name):
+    options = OPTIONS[name]
+    ids, _, scores = _generate(model, sampler="greedy", **options)
+    expected_ids, expected_scores = _oracle(
+        search.beam_search, model, LENGTH, 1, **options
+    )
+    np.testing.assert_array_equal(ids, expected_ids[:, 0])
+    np.testing.assert_allclose(scores, expected_scores[:, 0], **SCORE_TOL)
+
+
+def test_the_options_change_the_outputs(model):
+    """The model and options above are not vacuous (by the oracle): each
+    constraint changes the best sequence of some row, and no-repeat and
+    the minimum length change a greedy row."""
+    plain = _oracle(search.exhaustive_search, model, LENGTH)[0]
+    for name in ("length_penalty", "min_length", "no_repeat_1", "banned_ids"):
+        constrained = _oracle(
+            search.exhaustive_search, model, LENGTH, **OPTIONS[name]
+        )[0]
+        assert np.any(constrained != plain), name
+    greedy = _oracle(search.beam_search, model, LENGTH, 1)[0][:, 0]
+    for name in ("no_repeat_1", "min_length"):
+        constrained = _oracle(
+            search.beam_search, model, LENGTH, 1, **OPTIONS[name]
+        )[0][:, 0]
+        assert np.any(constrained != greedy), name
+
+
+def test_a_row_with_no_allowed_id_stops_at_minus_infinity(model):
+    """With ids 3 and 4 banned, no id repeated and at least 3 ids, every
+    row must start with 1 (END is too early), and then has no id left."""
+    options = dict(banned_ids=[3, 4], no_repeat_ngram_size=1, min_length=3)
+    ids, attention, scores = _generate(model, sampler="greedy", **options)
+    np.testing.assert_array_equal(ids, np.tile([[1, 0, 0]], (4, 1)))
+    assert np.all(scores == -np.inf)
+    assert np.all(attention[:, 1:] == 0)
+    _, _, beam_scores = _generate(
+        model, sampler="beam", num_beams=WIDE, return_all_beams=True, **options
+    )
+    assert np.all(beam_scores == -np.inf)
+
+
+class _HubBeam(keras_hub.samplers.BeamSampler):
+    """A subclass: `generate` runs keras-hub's own beam loop with it on
+    every backend (torch's native loop takes the plain class only)."""
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch",
+    reason="TensorFlow and JAX run keras-hub's loop for sampler='beam' "
+    "already (test_wide_beam_equals_exhaustive_search); only torch has "
+    "a native beam loop beside it",
+)
+def test_keras_hubs_beam_loop_applies_the_constraints(model):
+    options = OPTIONS["all"]
+    sampler = _HubBeam(num_beams=WIDE, return_all_beams=True)
+    ids, _, scores = _generate(model, sampler=sampler, **options)
+    expected_ids, expected_scores = _oracle(
+        search.exhaustive_search, model, LENGTH, **options
+    )
+    np.testing.assert_array_equal(ids[:, 0], expected_ids)
+    np.testing.assert_allclose(scores[:, 0], expected_scores, **SCORE_TOL)
+
+
+def test_sampling_obeys_the_constraints_and_keeps_model_scores(model):
+    """At a high temperature the constraints are what keeps sampled rows
+    from banned ids and repeats; scores stay the model's log-probabilities
+    (not renormalised over the allowed ids), divided by the length
+    penalty."""
+    options = OPTIONS["all"]
+    context = np.repeat(CONTEXT, 8, axis=0)
+    ids, _, scores = map(
+        np_,
+        model.generate(
+            context,
+            LENGTH,
+            sampler="random",
+            temperature=5.0,
+            seed=3,
+            return_scores=True,
+            **options,
+        ),
+    )
+    sequences = [_sequence(row) for row in ids]
+    assert all(_obeys(s, **options) for s in sequences)
+    assert len(set(sequences)) >= 4  # it does sample
+    forced, _ = _forced(model, context, ids)
+    np.testing.assert_allclose(
+        scores, _penalised(forced, ids, **options), **SCORE_TOL
+    )
+
+
+def test_the_defaults_give_the_unconstrained_output_exactly(model):
+    # The unconstrained loop, for every sampler (beam search here).
+    sampler = dict(sampler="beam", num_beams=WIDE, return_all_beams=True)
+    plain = _generate(model, **sampler)
+    count = decoding.loop_count(model)
+    defaults = _generate(
+        model,
+        **sampler,
+        length_penalty=0.0,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        banned_ids=None,
+    )
+    for a, b in zip(plain, defaults):
+        np.testing.assert_array_equal(a, b)
+    # The same compiled loop; other values of one structure share one too.
+    assert decoding.loop_count(model) == count
+    _generate(model, **sampler, banned_ids=[3])
+    count = decoding.loop_count(model)
+    _generate(model, **sampler, banned_ids=[1, 4])
+    assert decoding.loop_count(model) == count
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (
+            dict(length_penalty=float("nan")),
+            ValueError,
+            "`length_penalty` must be a finite real number",
+        ),
+        (
+            dict(length_penalty=float("inf")),
+            ValueError,
+            "`length_penalty` must be a finite real number",
+        ),
+        (
+            dict(length_penalty="1.0"),
+            TypeError,
+            r"`length_penalty` must be a finite real number .*'1.0' \(str\)",
+        ),
+        (
+            dict(min_length=-1),
+            ValueError,
+            r"`min_length` must be an integer >= 0; got -1 \(int\)",
+        ),
+        (
+            dict(min_length=4),
+            ValueError,
+            r"`min_length` must be <= max_length \(3\).*got 4",
+        ),
+        (
+            dict(min_length=2.0),
+            TypeError,
+            r"`min_length` must be an integer >= 0; got 2.0 \(float\)",
+        ),
+        (
+            dict(no_repeat_ngram_size=-2),
+            ValueError,
+            r"`no_repeat_ngram_size` must be an integer >= 0; got -2",
+        ),
+        (
+            dict(banned_ids=[5]),
+            ValueError,
+            r"`banned_ids` must be an integer in \[0, 4\]; got 5 \(int\)",
+        ),
+        (
+            dict(banned_ids=[-1]),
+            ValueError,
+            r"`banned_ids` must be an integer in \[0, 4\]; got -1",
+        ),
+        (
+            dict(banned_ids=3),
+            TypeError,
+            r"`banned_ids` must be a sequence of integer ids in \[0, 5\)",
+        ),
+        (
+            dict(banned_ids=[1, 2, 3, 4]),
+            ValueError,
+            r"`banned_ids` bans every id the model can generate \(1 to 4",
+        ),
+    ],
+)
+def test_bad_values_are_refused_before_anything_runs(
+    model, options, error, message
+):
+    count = decoding.loop_count(model)
+    with pytest.raises(error, match="Translator.generate: " + message):
+        model.generate(CONTEXT, LENGTH, sampler="beam", **options)
+    assert decoding.loop_count(model) == count
