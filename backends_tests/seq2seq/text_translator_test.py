@@ -196,3 +196,67 @@ def test_evaluate_empty_translations_and_bad_pairs():
         bundle.evaluate([("hola", "hello")], max_order=0)
     with pytest.raises(ValueError, match="smooth"):
         bundle.evaluate([("hola", "hello")], smooth="yes")
+
+
+def test_translate_takes_generates_samplers_and_constraints():
+    """Beam search with every beam, scores and constraints: the strings
+    and scores of `generate` on the processed ids, with the same
+    arguments; an empty batch keeps the shapes."""
+    keras.utils.set_random_seed(2)
+    model, source, target = _bundle()
+    texts = ["hola casa", "esta en casa"]
+    options = dict(
+        sampler="beam",
+        num_beams=3,
+        return_all_beams=True,
+        length_penalty=1.0,
+        no_repeat_ngram_size=1,
+        banned_ids=[target.unk_id],
+    )
+    got, attention, scores = translate(
+        texts,
+        model,
+        source,
+        target,
+        max_length=4,
+        return_attention=True,
+        return_scores=True,
+        **options,
+    )
+    ids, expected_attention, expected_scores = map(
+        keras.ops.convert_to_numpy,
+        model.generate(source(texts), 4, return_scores=True, **options),
+    )
+    assert got == [target.decode(row) for row in ids]
+    assert len(got) == 2 and all(len(beams) == 3 for beams in got)
+    np.testing.assert_array_equal(scores, expected_scores)
+    np.testing.assert_array_equal(attention, expected_attention)
+    assert all("[UNK]" not in s.split() for beams in got for s in beams)
+    one, one_scores = translate(
+        "hola casa", model, source, target, 4, return_scores=True, **options
+    )
+    assert one == got[0]
+    np.testing.assert_allclose(one_scores, scores[:1], rtol=1e-6, atol=1e-6)
+    empty, empty_attention, empty_scores = translate(
+        [],
+        model,
+        source,
+        target,
+        max_length=4,
+        return_attention=True,
+        return_scores=True,
+        **options,
+    )
+    assert empty == []
+    assert empty_attention.shape == (0, 3, 4, source.max_length)
+    assert empty_scores.shape == (0, 3)
+
+
+def test_translate_checks_constraints_before_processing_texts():
+    model, source, target = _bundle()
+    # An empty text would raise the processor's ValueError: the bad
+    # constraint is named first.
+    with pytest.raises(ValueError, match="translate: `min_length` must be"):
+        translate([""], model, source, target, max_length=3, min_length=4)
+    with pytest.raises(TypeError, match="translate: `length_penalty` must"):
+        translate([""], model, source, target, length_penalty="1")

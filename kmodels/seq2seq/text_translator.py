@@ -18,6 +18,7 @@ from kmodels.saving.atomic import check_built
 from kmodels.saving.atomic import check_replaceable
 from kmodels.saving.atomic import write_atomically
 from kmodels.saving.portable_optimizer import load_model
+from kmodels.seq2seq import constraints
 from kmodels.seq2seq import sampling
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
@@ -72,8 +73,20 @@ def translate(
     seed=None,
     separator=" ",
     return_attention=False,
+    sampler=None,
+    return_scores=False,
+    length_penalty=0.0,
+    min_length=0,
+    no_repeat_ngram_size=0,
+    banned_ids=None,
+    **sampler_kwargs,
 ):
     """Translates sentences with a trained `Translator`.
+
+    The decoding is `Translator.generate`'s, with the same arguments and
+    checks: greedy by default, any sampler (`sampler="beam"`,
+    `num_beams=4`...), and the constraints (`length_penalty`, `min_length`,
+    `no_repeat_ngram_size`, `banned_ids`; `docs/decoding.md`).
 
     Args:
         texts: a str or a sequence of str.
@@ -82,15 +95,31 @@ def translate(
         target_processor: the `TextProcessor` of the target side.
         max_length: int >= 1, generated tokens at most (`[END]` included);
             the target processor's `max_length` by default (`None`).
-        temperature: 0 for greedy decoding, > 0 (finite) to sample.
+        temperature: 0 for greedy decoding, > 0 (finite) to sample (with
+            `sampler=None`, the random sampler).
         seed: optional int in `[0, 2**31)`, makes sampling reproducible.
         separator: str joining the output tokens (`""` for dates).
         return_attention: bool, also return the attention weights.
+        sampler: as `Translator.generate`'s (a name or a keras-hub sampler
+            instance; `None`: greedy, or random at a temperature > 0).
+        return_scores: bool, also return each translation's score (as
+            `Translator.generate`'s: the log-probability, divided by
+            `length ** length_penalty`).
+        length_penalty, min_length, no_repeat_ngram_size, banned_ids: the
+            constraints of `Translator.generate`, on target ids
+            (`banned_ids=[target_processor.unk_id]` never produces
+            `[UNK]`).
+        **sampler_kwargs: the sampler's arguments (`num_beams`,
+            `return_all_beams`, `k`, `p`).
 
     Returns:
-        A str for a str, else a list of str; with `return_attention=True`,
-        `(translations, attention)` where `attention` is a float NumPy array
-        `(batch, max_length, context_processor.max_length)`.
+        A str for a str, else a list of str; with
+        `return_all_beams=True`, every beam, best first: a list of str
+        for a str, else a list of such lists. Then, as requested,
+        `attention` (a float NumPy array `(batch, max_length,
+        context_processor.max_length)`, with a beam axis after the batch
+        for all beams) and `scores` (float32 `(batch,)` or `(batch,
+        beams)`), in that order: `(translations, attention, scores)`.
 
     Raises:
         TypeError: an argument of the wrong type (`max_length=2.7` or
@@ -98,9 +127,10 @@ def translate(
             expected and what arrived, before any text is processed (the
             error is also a `ValueError`).
         ValueError: `max_length < 1`, a negative or non-finite temperature,
-            empty texts (see `TextProcessor`), or processors that do not
-            match the translator (vocabulary sizes, start/end ids): their
-            ids would be out of the model's range.
+            a constraint `Translator.generate` refuses, empty texts (see
+            `TextProcessor`), or processors that do not match the
+            translator (vocabulary sizes, start/end ids): their ids would
+            be out of the model's range.
     """
     if not isinstance(translator, Translator):
         raise ValueError(
@@ -116,24 +146,63 @@ def translate(
     return_attention = check_bool(
         return_attention, "return_attention", owner, type_error=True
     )
+    return_scores = check_bool(
+        return_scores, "return_scores", owner, type_error=True
+    )
     _check_pairing(translator, context_processor, target_processor)
+    length = target_processor.max_length if max_length is None else max_length
+    # Checked here too, before any text is processed.
+    constraints.check(
+        length_penalty,
+        min_length,
+        no_repeat_ngram_size,
+        banned_ids,
+        length,
+        translator.target_vocabulary_size,
+        owner,
+    )
     scalar = isinstance(texts, (str, bytes))
     tokens = context_processor(texts)
-    if max_length is None:
-        max_length = target_processor.max_length
+    options = dict(
+        sampler=sampler,
+        temperature=temperature or None,
+        seed=seed,
+        length_penalty=length_penalty,
+        min_length=min_length,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        banned_ids=banned_ids,
+        **sampler_kwargs,
+    )
     if len(tokens) == 0:
-        ids = np.zeros((0, max_length), "int32")
-        attention = np.zeros((0, max_length, tokens.shape[1]), "float32")
-    else:
-        ids, attention = translator.generate(
-            tokens, max_length=max_length, temperature=temperature, seed=seed
+        # Checked as `generate` would, for the shapes of an empty batch.
+        request = sampling.plan(
+            sampler,
+            options["temperature"],
+            seed,
+            sampler_kwargs,
+            translator.target_vocabulary_size,
+            owner,
         )
-        ids = keras.ops.convert_to_numpy(ids)
-        attention = keras.ops.convert_to_numpy(attention)
-    out = target_processor.decode(ids, separator=separator)
+        beams = (request.num_beams,) if request.return_all_beams else ()
+        ids = np.zeros((0, *beams, length), "int32")
+        attention = np.zeros((0, *beams, length, tokens.shape[1]), "float32")
+        scores = np.zeros((0, *beams), "float32")
+    else:
+        ids, attention, scores = map(
+            keras.ops.convert_to_numpy,
+            translator.generate(
+                tokens, max_length=length, return_scores=True, **options
+            ),
+        )
+    if ids.ndim == 3:
+        # Every beam: a list of translations per text.
+        out = [target_processor.decode(row, separator=separator) for row in ids]
+    else:
+        out = target_processor.decode(ids, separator=separator)
     if scalar:
         out = out[0]
-    return (out, attention) if return_attention else out
+    extras = (attention,) * return_attention + (scores,) * return_scores
+    return (out, *extras) if extras else out
 
 
 def _sources_and_references(pairs, owner):
