@@ -31,6 +31,17 @@ from kmodels.seq2seq.translator import Translator
 from kmodels.testing.exports import assert_only_a_saved_model
 
 HELD_OUT = 500
+# The export serves beam search with constraints (the greedy export is
+# served in subword_test.py): 3 beams, the 2 best returned, `[UNK]` (1)
+# never produced, no 4-gram repeated (an ISO date repeats none), and a
+# length penalty.
+SEARCH = dict(
+    sampler="beam",
+    num_beams=3,
+    length_penalty=1.0,
+    no_repeat_ngram_size=4,
+    banned_ids=[1],
+)
 # Texts that exercise each step of the standardisation, on the date
 # processor (punctuation ".,/-", digits kept and split from letters).
 EDGE_CASES = [
@@ -73,8 +84,14 @@ served = tf.saved_model.load(path)
 out = served.translate(tf.constant(texts, tf.string))
 signature = served.signatures["translate"](tf.constant(texts[:3]))
 empty_batch = served.translate(tf.constant([], tf.string))
+nbest = served.signatures["nbest"](tf.constant(texts))
 print(json.dumps({
     "translations": [s.decode("utf-8") for s in out.numpy().tolist()],
+    "nbest": [
+        [s.decode("utf-8") for s in row]
+        for row in nbest["translations"].numpy().tolist()
+    ],
+    "nbest_scores": nbest["scores"].numpy().tolist(),
     "signature": [
         s.decode("utf-8") for s in signature["output_0"].numpy().tolist()
     ],
@@ -129,7 +146,7 @@ def exported(tmp_path_factory):
     )
     bundle = TextTranslator(model, source, target, separator="")
     path = str(tmp_path_factory.mktemp("export") / "dates")
-    bundle.export(path)
+    bundle.export(path, num_return_sequences=2, **SEARCH)
     texts = test_src + EDGE_CASES + EMPTY
     served = _serve(path, texts)
     return bundle, path, test_src, test_tgt, served
@@ -143,8 +160,27 @@ def test_export_serves_translate_strings_with_tensorflow_alone(exported):
     assert served["imported"] == []
     got = served["translations"]
     assert len(got) == HELD_OUT + len(EDGE_CASES) + len(EMPTY)
-    # The 500 held-out dates and the edge cases: the same strings.
-    expected = bundle.translate(test_src + EDGE_CASES)
+    # The 500 held-out dates and the edge cases: the same strings, the
+    # same n-best lists and scores (float32 sums of <= 7 log-probabilities,
+    # traced on TensorFlow against this backend's loop: 1e-4).
+    nbest, nbest_scores = bundle.translate(
+        test_src + EDGE_CASES,
+        return_all_beams=True,
+        return_scores=True,
+        **SEARCH,
+    )
+    expected = [beams[0] for beams in nbest]
+    count = len(test_src + EDGE_CASES)
+    assert served["nbest"][:count] == [beams[:2] for beams in nbest]
+    np.testing.assert_allclose(
+        served["nbest_scores"][:count],
+        nbest_scores[:, :2],
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    assert np.all(np.isfinite(nbest_scores[:, :2]))
+    assert served["nbest"][count:] == [["", ""]] * len(EMPTY)
+    assert np.all(np.array(served["nbest_scores"][count:]) == -np.inf)
     mismatches = [
         (t, e, g)
         for t, e, g in zip(test_src + EDGE_CASES, expected, got)
@@ -164,7 +200,9 @@ def test_export_serves_translate_strings_with_tensorflow_alone(exported):
     # evaluate() on the same batch (held-out dates, then the edge cases
     # with the ISO date they name, or "x"): exact match counted here.
     references = test_tgt + EDGE_REFERENCES
-    scores = bundle.evaluate(list(zip(test_src + EDGE_CASES, references)))
+    scores = bundle.evaluate(
+        list(zip(test_src + EDGE_CASES, references)), **SEARCH
+    )
     matches = sum(e == r for e, r in zip(expected, references))
     assert scores["exact_match"] == matches / len(references)
     assert scores["count"] == len(references)
@@ -209,6 +247,20 @@ def test_export_refuses_bad_paths_and_unbuilt_models(exported, tmp_path):
         bundle.export(str(tmp_path / "other"))
     with pytest.raises(ValueError, match="max_length"):
         bundle.export(str(tmp_path / "new"), max_length=0)
+    # Search arguments, checked as `Translator.search_step` checks them.
+    new = str(tmp_path / "new")
+    with pytest.raises(ValueError, match="`sampler` must be 'greedy' or"):
+        bundle.export(new, sampler="top_k")
+    with pytest.raises(
+        ValueError,
+        match=r"`num_return_sequences` must be an integer in "
+        r"\[1, 3\]; got 4",
+    ):
+        bundle.export(new, sampler="beam", num_beams=3, num_return_sequences=4)
+    with pytest.raises(ValueError, match=r"`num_return_sequences`.*\[1, 1\]"):
+        bundle.export(new, num_return_sequences=2)
+    with pytest.raises(ValueError, match=r"`min_length` must be <= max_length"):
+        bundle.export(new, max_length=3, min_length=4)
     assert not (tmp_path / "new").exists()
     unbuilt = TextTranslator(
         Translator(

@@ -34,10 +34,17 @@ decodes:
    first, vectorised over every character of every word of the batch (see
    `_word_pieces`); the first `max_length - 2` pieces kept. Then
    `[START]`/`[END]` added, padded with 0.
-4. `Translator.generate_step` (greedy) in the same graph.
+4. `Translator.generate_step` (greedy) in the same graph or, for an
+   export with search options (beam search, constraints),
+   `Translator.search_step` (keras-hub's sampler loop, traced).
 5. Ids to tokens: a leading `[START]` dropped, cut at the first `[END]` or
    padding, `##` pieces glued to the piece before them (subwords), joined
    with the bundle's separator.
+
+Two signatures: `translate` (strings in, the best translation out) and
+`nbest` (strings in, `{"translations": (batch, n) strings, "scores":
+(batch, n) float32}` out, best first; an empty text gives `""` at score
+`-inf`).
 
 A text with no word left after standardisation (`""`, `"日本"`), for which
 `TextProcessor` raises a `ValueError`, translates to `""` in the export (a
@@ -74,6 +81,9 @@ SUPPORTED_VALUES = {"tokenizer": ("word", "wordpiece")}
 # `MAX_BYTES_PER_WORD`, in a private module of keras-hub.
 MAX_BYTES_PER_WORD = 100
 ENDPOINT = "translate"
+# The n-best strings and their scores: `{"translations": (batch, n),
+# "scores": (batch, n)}`.
+NBEST_ENDPOINT = "nbest"
 
 
 def unsupported_keys(processor_config):
@@ -90,7 +100,7 @@ def unsupported_keys(processor_config):
     }
 
 
-def export_bundle(bundle_path, export_path, max_length=None):
+def export_bundle(bundle_path, export_path, max_length=None, search=None):
     """Writes the SavedModel of the bundle in folder `bundle_path` to
     `export_path`, from a TensorFlow subprocess.
 
@@ -99,6 +109,10 @@ def export_bundle(bundle_path, export_path, max_length=None):
         export_path: str, the SavedModel folder to write.
         max_length: optional int, generated tokens at most (`[END]`
             included); the target processor's `max_length` by default.
+        search: optional dict of `Translator.search_step`'s keyword
+            arguments (JSON values: `sampler`, `num_beams`,
+            `num_return_sequences` and the constraints), checked by the
+            caller; `None` serves greedy decoding.
 
     Raises:
         RuntimeError: the subprocess failed; the message ends with its
@@ -107,6 +121,8 @@ def export_bundle(bundle_path, export_path, max_length=None):
     arguments = [os.fspath(bundle_path), os.fspath(export_path)]
     if max_length is not None:
         arguments += ["--max-length", str(int(max_length))]
+    if search:
+        arguments += ["--search", json.dumps(search)]
     run_in_tensorflow("kmodels.export.saved_model", arguments, "the translator")
 
 
@@ -356,7 +372,7 @@ def detokenizer(config, separator):
     return detokenize
 
 
-def _export(bundle_path, export_path, max_length=None):
+def _export(bundle_path, export_path, max_length=None, search=None):
     import keras
     import tensorflow as tf
 
@@ -385,7 +401,23 @@ def _export(bundle_path, export_path, max_length=None):
     tokenize, tables = tokenizer(source)
     detokenize = detokenizer(target, text["separator"])
 
+    search = dict(search or {})
+
+    def nbest(texts):
+        tokens, empty = tokenize(texts)
+        ids, scores = model.search_step(tokens, max_length, **search)
+        count = ids.shape[1]
+        ids = tf.reshape(tf.cast(ids, tf.int32), [-1, max_length])
+        strings = tf.reshape(detokenize(ids), [-1, count])
+        empty = empty[:, None]
+        return {
+            "translations": tf.where(empty, "", strings),
+            "scores": tf.where(empty, float("-inf"), scores),
+        }
+
     def translate(texts):
+        if search:
+            return nbest(texts)["translations"][:, 0]
         tokens, empty = tokenize(texts)
         ids, _ = model.generate_step(tokens, max_length)
         return tf.where(empty, "", detokenize(tf.cast(ids, tf.int32)))
@@ -401,6 +433,7 @@ def _export(bundle_path, export_path, max_length=None):
     module.translate = tf.function(
         translate, input_signature=[texts], autograph=False
     )
+    module.nbest = tf.function(nbest, input_signature=[texts], autograph=False)
     module.tokenize = tf.function(
         lambda texts: tokenize(texts)[0],
         input_signature=[texts],
@@ -414,7 +447,10 @@ def _export(bundle_path, export_path, max_length=None):
     tf.saved_model.save(
         module,
         export_path,
-        signatures={ENDPOINT: module.translate.get_concrete_function()},
+        signatures={
+            ENDPOINT: module.translate.get_concrete_function(),
+            NBEST_ENDPOINT: module.nbest.get_concrete_function(),
+        },
     )
 
 
@@ -427,8 +463,14 @@ def _main(argv=None):
     parser.add_argument("bundle", help="folder written by TextTranslator.save")
     parser.add_argument("export", help="SavedModel folder to write")
     parser.add_argument("--max-length", type=int, default=None)
+    parser.add_argument(
+        "--search",
+        type=json.loads,
+        default=None,
+        help="JSON keyword arguments of Translator.search_step",
+    )
     args = parser.parse_args(argv)
-    _export(args.bundle, args.export, args.max_length)
+    _export(args.bundle, args.export, args.max_length, args.search)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from kmodels.seq2seq import constraints
 from kmodels.seq2seq import sampling
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
+from kmodels.seq2seq.translator import check_search
 
 # A saved bundle's folder holds exactly these (named once, for the
 # exporter that reads the bundle too).
@@ -420,7 +421,18 @@ class TextTranslator:
 
         write_atomically(path, write, bundle, "TextTranslator.save")
 
-    def export(self, path, max_length=None):
+    def export(
+        self,
+        path,
+        max_length=None,
+        sampler="greedy",
+        num_beams=4,
+        num_return_sequences=1,
+        length_penalty=0.0,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        banned_ids=None,
+    ):
         """Writes a TensorFlow SavedModel that translates strings with
         TensorFlow alone: no kmodels, no Keras, no Python text code.
 
@@ -441,6 +453,18 @@ class TextTranslator:
         int32, as `context_processor(texts)`) and `detokenize` (target ids
         to strings, as `target_processor.decode`) are the two text ends on
         their own.
+
+        Beam search and the constraints are served too: with
+        `sampler="beam"` (or any constraint), `translate` returns the best
+        translation of `translate(texts, sampler="beam", num_beams=...,
+        length_penalty=..., ...)`, and the `nbest` function and signature
+        return `{"translations": (batch, num_return_sequences) strings,
+        "scores": (batch, num_return_sequences) float32}`, best first, the
+        strings and scores of `translate(..., return_all_beams=True,
+        return_scores=True)` (an empty text: `""` at `-inf`). keras-hub's
+        beam loop is traced into the graph (`Translator.search_step`):
+        plain TensorFlow ops, no custom op. `nbest` is there for greedy
+        exports too (one sequence).
 
         Only TensorFlow writes a SavedModel: the bundle is saved to a
         temporary folder and exported by a subprocess running
@@ -463,9 +487,17 @@ class TextTranslator:
                 previous export (replaced).
             max_length: optional int, generated tokens at most (`[END]`
                 included); the target processor's `max_length` by default.
+            sampler: `"greedy"` (default) or `"beam"`.
+            num_beams: int >= 1, beam search's width.
+            num_return_sequences: int in `[1, num_beams]` (1 for greedy),
+                the translations `nbest` returns per text.
+            length_penalty, min_length, no_repeat_ngram_size, banned_ids:
+                as in `Translator.generate` (target ids).
 
         Raises:
-            ValueError: the translator has no weights yet, or `path` is a
+            ValueError: a search argument `Translator.search_step` refuses
+                (checked before anything is written), the translator has
+                no weights yet, or `path` is a
                 file or a folder holding other entries than a SavedModel
                 export (the message names them). Nothing is written.
             RuntimeError: the export subprocess failed (its error output is
@@ -481,11 +513,38 @@ class TextTranslator:
         >>> served.translate(tf.constant(["March 3, 2021"]))
         <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'2021-03-03'])>
         """
-        check_built(self.translator, "TextTranslator.export")
+        owner = "TextTranslator.export"
+        check_built(self.translator, owner)
         if max_length is not None:
             # The same check (and errors) as `translate`'s.
-            max_length = sampling.check_max_length(
-                max_length, "TextTranslator.export"
+            max_length = sampling.check_max_length(max_length, owner)
+        options = dict(
+            length_penalty=length_penalty,
+            min_length=min_length,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            banned_ids=banned_ids,
+        )
+        request, count, limits = check_search(
+            self.translator,
+            self.target_processor.max_length
+            if max_length is None
+            else max_length,
+            sampler,
+            num_beams,
+            num_return_sequences,
+            options,
+            owner,
+        )
+        search = None
+        if sampler != "greedy" or count != 1 or limits.active:
+            search = dict(
+                sampler=sampler,
+                num_beams=request.num_beams,
+                num_return_sequences=count,
+                length_penalty=limits.length_penalty,
+                min_length=limits.min_length,
+                no_repeat_ngram_size=limits.no_repeat_ngram_size,
+                banned_ids=list(limits.banned_ids),
             )
         path = os.fspath(path)
         check_replaceable(path, SAVED_MODEL, "TextTranslator.export")
@@ -496,7 +555,7 @@ class TextTranslator:
             write_atomically(
                 path,
                 lambda staged: saved_model.export_bundle(
-                    bundle, staged, max_length
+                    bundle, staged, max_length, search
                 ),
                 SAVED_MODEL,
                 "TextTranslator.export",

@@ -54,6 +54,47 @@ def check_token_range(
     return check_ids(tokens, name, owner, vocabulary_size).astype("int32")
 
 
+def check_search(
+    translator, max_length, sampler, num_beams, count, options, owner
+):
+    """Checks the arguments of `Translator.search_step` (and of
+    `TextTranslator.export`, which passes them on) and returns `(request,
+    count, constraints)`: the sampler's `kmodels.seq2seq.sampling.Plan`
+    (every beam), `count` as an int in `[1, beams]` and the checked
+    `kmodels.seq2seq.constraints.Constraints` of `options` (the four
+    constraint arguments of `generate`). `max_length` is checked already.
+    """
+    if sampler not in ("greedy", "beam"):
+        raise ValueError(
+            f"{owner}: `sampler` must be 'greedy' or 'beam'; got "
+            f"{sampler!r} ({type(sampler).__name__})."
+        )
+    kwargs = {}
+    if sampler == "beam":
+        kwargs = dict(num_beams=num_beams, return_all_beams=True)
+    request = sampling.plan(
+        sampler, None, None, kwargs, translator.target_vocabulary_size, owner
+    )
+    count = check_int(
+        count,
+        "num_return_sequences",
+        owner,
+        1,
+        request.num_beams,
+        type_error=True,
+    )
+    limits = constraints.check(
+        options.get("length_penalty", 0.0),
+        options.get("min_length", 0),
+        options.get("no_repeat_ngram_size", 0),
+        options.get("banned_ids"),
+        max_length,
+        translator.target_vocabulary_size,
+        owner,
+    )
+    return request, count, limits
+
+
 @keras.saving.register_keras_serializable(package="kmodels")
 class Translator(
     CheckedEagerCall, ContractModel, SavingModel, XLAByDefault, keras.Model
@@ -481,6 +522,92 @@ class Translator(
         return self._generate_loop(
             context_tokens, uniforms, temperature, max_length, sample
         )
+
+    def search_step(
+        self,
+        context_tokens,
+        max_length,
+        sampler="greedy",
+        num_beams=4,
+        num_return_sequences=1,
+        length_penalty=0.0,
+        min_length=0,
+        no_repeat_ngram_size=0,
+        banned_ids=None,
+    ):
+        """The n best sequences of greedy decoding or beam search, in one
+        traceable loop, with `generate`'s constraints.
+
+        The loop of `generate(..., sampler=sampler, num_beams=num_beams,
+        return_all_beams=True, return_scores=True, ...)` (keras-hub's
+        sampler over the same step function, pure `keras.ops`), without
+        the compiled-loop cache and the check of the ids (they may be
+        symbolic): the SavedModel of `TextTranslator.export(...,
+        sampler="beam")` traces it in a `tf.function`. The arguments are
+        checked as `generate` checks them.
+
+        Args:
+            context_tokens: int `(batch, s)`, right-padded with 0.
+            max_length: Python int >= 1. Number of generated positions.
+            sampler: `"greedy"` or `"beam"`.
+            num_beams: int >= 1, beam search's width (beam only).
+            num_return_sequences: int in `[1, num_beams]` (1 for greedy),
+                the best sequences returned per row.
+            length_penalty, min_length, no_repeat_ngram_size, banned_ids:
+                as in `generate`.
+
+        Returns:
+            `(ids, scores)`: int32 `(batch, num_return_sequences,
+            max_length)` and float32 `(batch, num_return_sequences)`, best
+            first, the scores those of `generate` (normalised by the
+            length penalty).
+
+        Example:
+        >>> import numpy as np
+        >>> from kmodels.seq2seq import Translator
+        >>> model = Translator(20, 30, units=8, start_id=2, end_id=3)
+        >>> ids, scores = model.search_step(
+        ...     np.array([[5, 6, 7, 0]]), 6, sampler="beam", num_beams=3,
+        ...     num_return_sequences=2, no_repeat_ngram_size=2)
+        >>> tuple(ids.shape), tuple(scores.shape)
+        ((1, 2, 6), (1, 2))
+        """
+        max_length = sampling.check_max_length(
+            max_length, "Translator.search_step"
+        )
+        request, count, limits = check_search(
+            self,
+            max_length,
+            sampler,
+            num_beams,
+            num_return_sequences,
+            dict(
+                length_penalty=length_penalty,
+                min_length=min_length,
+                no_repeat_ngram_size=no_repeat_ngram_size,
+                banned_ids=banned_ids,
+            ),
+            "Translator.search_step",
+        )
+        beam = sampler == "beam"
+        if not self.built:
+            shape = tuple(context_tokens.shape)
+            self.build((shape, (shape[0], 1)))
+        (ids, _, scores), _ = decoding.decode(
+            self,
+            request.build(),
+            ops.convert_to_tensor(context_tokens, "int32"),
+            max_length,
+            request.num_beams,
+            request.return_all_beams,
+            None,
+            [],
+            request.unit_temperature,
+            limits,
+        )
+        if not beam:
+            return ids[:, None], scores[:, None]
+        return ids[:, :count], scores[:, :count]
 
     def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
         """`generate_step`'s loop: greedy, or inverse-CDF sampling from
