@@ -113,7 +113,9 @@ def exporters(monkeypatch):
             found.during(staged)
 
     monkeypatch.setattr(
-        saved_model, "export_bundle", lambda bundle, staged, n: fake(staged)
+        saved_model,
+        "export_bundle",
+        lambda bundle, staged, n, search: fake(staged),
     )
     monkeypatch.setattr(
         key_serving, "export_keyed", lambda folder, staged: fake(staged)

@@ -19,6 +19,7 @@ from keras_hub import samplers
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import decoding
 from kmodels.seq2seq import sampling
+from kmodels.seq2seq.constraints import Constraints
 from kmodels.testing.oracle import search
 
 np_ = keras.ops.convert_to_numpy
@@ -276,12 +277,16 @@ def test_the_loop_cache_is_bounded(model, monkeypatch):
     ids, _ = _generate(model, LENGTH - 1, temperature=0.5, seed=1)
     assert ids.shape == (ROWS, LENGTH - 1)
     assert decoding.loop_count(model) == 1
-    assert (LENGTH - 1, _plan_key()) in model._generators
-    assert (LENGTH, _plan_key()) not in model._generators
+    assert (LENGTH - 1, *_plan_key()) in model._generators
+    assert (LENGTH, *_plan_key()) not in model._generators
 
 
 def _plan_key():
-    return sampling.plan(None, 0.5, 1, {}, VOCAB_T, "test").key
+    """The sampler's part of a loop's key, and the constraints' (none)."""
+    return (
+        sampling.plan(None, 0.5, 1, {}, VOCAB_T, "test").key,
+        Constraints().key,
+    )
 
 
 def test_bad_instance_refused_before_any_change(model):
