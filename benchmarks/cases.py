@@ -89,6 +89,18 @@ FULL_SIZES = {
     "eviction_1m": {"batch": 64, "ids": 8, "dim": 32, "rows": 1_000_000},
     # Issue 14: the dates demo's own settings (examples/seq2seq_dates.py).
     "dates": {"settings": "full"},
+    # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
+    "gradient_flow": {
+        "batch": 32,
+        "length": 32,
+        "dim": 64,
+        "heads": 2,
+        "layers": 1,
+        "intermediate_dim": 128,
+        "vocabulary": 1000,
+        "classes": 2,
+        "every_n_steps": 100,
+    },
 }
 # The eager-call cases at the tutorial's sizes use "seq2seq".
 
@@ -135,6 +147,17 @@ QUICK_SIZES = {
     "eviction_1k": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
     "eviction_1m": {"batch": 8, "ids": 4, "dim": 4, "rows": 1000},
     "dates": {"settings": "quick"},
+    "gradient_flow": {
+        "batch": 2,
+        "length": 8,
+        "dim": 8,
+        "heads": 2,
+        "layers": 1,
+        "intermediate_dim": 16,
+        "vocabulary": 40,
+        "classes": 2,
+        "every_n_steps": 3,
+    },
 }
 
 # How long each case is timed (warm-up calls are not timed).
@@ -176,6 +199,10 @@ CASES = (
     Case("generate_beam", "Seq2Seq generation",
          "generate, beam search (4 beams)", _K,
          "benchmarks.seq2seq:generate_beam", "generate", "tokens/s"),
+    Case("generate_beam_constrained", "Seq2Seq generation",
+         "beam search, no_repeat_ngram_size=3, length_penalty=1.0", _K,
+         "benchmarks.seq2seq:generate_beam_constrained", "generate",
+         "tokens/s"),
     Case("generate_top_k", "Seq2Seq generation",
          "generate, top-k sampling (k=10)", _K,
          "benchmarks.seq2seq:generate_top_k", "generate", "tokens/s"),
@@ -261,6 +288,9 @@ CASES = (
     Case("eviction_reset_1m", EVICTION_WORKLOAD,
          "kmodels reset_rows, 1M-row table", _K,
          "benchmarks.growable:eviction_reset", "eviction_1m"),
+    Case("gradient_flow_check", "GradientFlowCheck overhead (issue 32)",
+         "fit with GradientFlowCheck(every_n_steps=100) (alternated)", _K,
+         "benchmarks.gradient_flow:monitor_overhead", "gradient_flow"),
     Case("dates_float32", DATES_WORKLOAD, "float32 (the demo as shipped)",
          _K, "benchmarks.dates:dates_float32", "dates", "exact match",
          opt_in=True),

@@ -154,6 +154,29 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
     for b in backends:
         rows.append(
             _target(
+                "Generation: beam + no-repeat 3 + length penalty / beam time",
+                b,
+                _ratio(
+                    _ms(table, "generate_beam_constrained", b),
+                    _ms(table, "generate_beam", b),
+                ),
+                1.3,
+                "<=",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
+                "fit with GradientFlowCheck(every_n_steps=100) / without",
+                b,
+                table.get(("gradient_flow_check", b), {}).get("overhead_ratio"),
+                1.1,
+                "<=",
+            )
+        )
+    for b in backends:
+        rows.append(
+            _target(
                 "PositionalEmbedding / TokenAndPosition time",
                 b,
                 _ratio(

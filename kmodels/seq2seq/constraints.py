@@ -137,8 +137,7 @@ def repeated_ngram_ids(generated, count, size, vocabulary):
 
     An n-gram starting at position `j` repeats when its first `size - 1`
     ids equal the row's last `size - 1` ones and it ended before them
-    (`j + size - 1 < count`); its last id is then refused. On XLA the
-    comparison over `(rows, windows, vocabulary)` fuses into a reduction.
+    (`j + size - 1 < count`); its last id is then refused.
     """
     length = generated.shape[1]
     windows = length - size + 1
@@ -154,9 +153,21 @@ def repeated_ngram_ids(generated, count, size, vocabulary):
     started = ops.arange(windows, dtype="int32")
     match = ops.logical_and(match, (started <= count - size)[None])
     following = generated[:, size - 1 : size - 1 + windows]
-    ids = ops.arange(vocabulary, dtype="int32")
-    hits = ops.logical_and(match[:, :, None], following[:, :, None] == ids)
-    return ops.any(hits, axis=1)
+    # The following ids of the matching windows are scattered into the row
+    # (the others into an extra column, dropped): O(rows * windows), where
+    # comparing every window with every id is O(rows * windows * vocabulary)
+    # (2.2x the plain beam search's time at vocabulary 5,000).
+    columns = ops.where(match, following, vocabulary)
+    row_ids = ops.broadcast_to(
+        ops.arange(rows, dtype="int32")[:, None], ops.shape(columns)
+    )
+    indices = ops.reshape(ops.stack([row_ids, columns], axis=-1), (-1, 2))
+    hits = ops.scatter_update(
+        ops.zeros((rows, vocabulary + 1), "float32"),
+        indices,
+        ops.ones((ops.shape(indices)[0],), "float32"),
+    )
+    return hits[:, :vocabulary] > 0
 
 
 def _check_length_penalty(value, owner):
