@@ -1,7 +1,8 @@
 """Keras callbacks of kmodels, one per file, each named after its class.
 
 - `EmbeddingGrowth`: grows `GrowableEmbedding` tables inside `model.fit`.
-- `GradientFlowCheck`: stops training when a weight gets no gradient.
+- `GradientFlowCheck`: stops training when a weight gets no gradient, or
+  monitors gradients every N steps.
 - `InputContracts`: deprecated; `kmodels.contracts.enforce(model)` is the
   one way to turn a functional model's input checks on.
 """

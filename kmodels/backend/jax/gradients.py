@@ -38,3 +38,25 @@ def loss_gradients(model, loss_fn, variables):
     # One compiled program: eager JAX retraces every GRU scan per call.
     step = jax.jit(jax.value_and_grad(pure))
     return step([v.value for v in variables])
+
+
+def gradient_function(model, loss_fn, variables):
+    mapped = list(variables)
+    ids = {id(v) for v in mapped}
+    # Every other variable is an argument too: read inside the trace, its
+    # value would be frozen into the compiled program (a gate set to 0
+    # after the first call would not be seen).
+    others = [v for v in model.variables if id(v) not in ids]
+
+    def loss_of(values, other_values, x, y):
+        mapping = list(zip(mapped, values)) + list(zip(others, other_values))
+        # Assignments stay in the scope: nothing is written.
+        with keras.StatelessScope(state_mapping=mapping):
+            return loss_fn(y, model(x, training=True))
+
+    step = jax.jit(jax.value_and_grad(loss_of))
+
+    def run(x, y):
+        return step([v.value for v in mapped], [v.value for v in others], x, y)
+
+    return run

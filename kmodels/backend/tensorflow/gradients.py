@@ -1,5 +1,6 @@
 """TensorFlow side of `kmodels.backend.gradients`."""
 
+import keras
 import tensorflow as tf
 
 
@@ -21,3 +22,25 @@ def loss_gradients(model, loss_fn, variables):
         loss = loss_fn()
     # `None` for a variable the loss does not depend on.
     return loss, tape.gradient(loss, [v.value for v in variables])
+
+
+def gradient_function(model, loss_fn, variables):
+    mapped = list(variables)
+
+    # One graph, traced once per input signature; the variables are read
+    # when it runs, so each call sees the current weights.
+    @tf.function(reduce_retracing=True)
+    def run(x, y):
+        values = [tf.convert_to_tensor(v.value) for v in mapped]
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            # Assignments (batch-norm statistics, seed state) stay in the
+            # scope: nothing is written.
+            with keras.StatelessScope(state_mapping=list(zip(mapped, values))):
+                loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, values)
+        return loss, [
+            None if g is None else tf.convert_to_tensor(g) for g in grads
+        ]
+
+    return run

@@ -1,5 +1,6 @@
 """torch side of `kmodels.backend.gradients`."""
 
+import keras
 import torch
 
 
@@ -28,3 +29,19 @@ def loss_gradients(model, loss_fn, variables):
         loss, [v.value for v in variables], allow_unused=True
     )
     return loss, grads
+
+
+def gradient_function(model, loss_fn, variables):
+    mapped = list(variables)
+
+    def run(x, y):
+        # Leaves that share the variables' storage: the parameters' `.grad`
+        # and `requires_grad` stay untouched.
+        values = [v.value.detach().requires_grad_(True) for v in mapped]
+        # Assignments stay in the scope: nothing is written.
+        with keras.StatelessScope(state_mapping=list(zip(mapped, values))):
+            loss = loss_fn(y, model(x, training=True))
+        grads = torch.autograd.grad(loss, values, allow_unused=True)
+        return loss.detach(), grads
+
+    return run
