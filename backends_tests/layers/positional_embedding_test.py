@@ -9,8 +9,11 @@ from keras import ops
 
 from kmodels.layers import PatchEmbedding
 from kmodels.layers import PositionalEmbedding
+from kmodels.layers.position_resampling import cubic_weights
+from kmodels.layers.position_resampling import cubic_weights_tensor
 from kmodels.testing import oracle
 from kmodels.testing.layer_contract import run_layer_test
+from kmodels.testing.oracle.position import bicubic_resample
 
 np_ = keras.ops.convert_to_numpy
 
@@ -369,31 +372,8 @@ def test_resized_model_loads_then_fine_tunes_at_a_new_length(rng, tmp_path):
     )
 
 
-def _bicubic_oracle(grid, new_rows, new_cols, a=-0.75):
-    """Each output pixel from its 4x4 neighbourhood (indices clamped), as
-    torch's bicubic with align_corners=False: written pixel by pixel."""
-
-    def kernel(x):
-        x = abs(x)
-        if x <= 1:
-            return (a + 2) * x**3 - (a + 3) * x**2 + 1
-        if x < 2:
-            return a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
-        return 0.0
-
-    rows, cols, dim = grid.shape
-    out = np.zeros((new_rows, new_cols, dim))
-    for i in range(new_rows):
-        y = (i + 0.5) * rows / new_rows - 0.5
-        for j in range(new_cols):
-            x = (j + 0.5) * cols / new_cols - 0.5
-            for m in range(int(np.floor(y)) - 1, int(np.floor(y)) + 3):
-                for n in range(int(np.floor(x)) - 1, int(np.floor(x)) + 3):
-                    weight = kernel(y - m) * kernel(x - n)
-                    r = min(max(m, 0), rows - 1)
-                    c = min(max(n, 0), cols - 1)
-                    out[i, j] += weight * grid[r, c]
-    return out
+# The pixel-by-pixel reference of torch's bicubic, align_corners=False.
+_bicubic_oracle = bicubic_resample
 
 
 @pytest.mark.parametrize(
@@ -446,3 +426,296 @@ def test_resized_patch_grids_that_are_not_square(rng):
         expected.reshape(-1, 4),
         **RESIZE_TOL,
     )
+
+
+# Images of any size (issue 32, item 2): around a PatchEmbedding with
+# dynamic_image_size=True the learned grid is resampled bicubic at every
+# call. Reference: the pixel-by-pixel NumPy bicubic (oracle.position), the
+# NumPy patch oracle. The layer applies float32 separable weights (a
+# float32 rounding of the float64 weights, ~5e-7, times |positions| < 3,
+# over 16 terms): 1e-5 is the stated bound.
+DYNAMIC_TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _dynamic(class_token, grid=(3, 4), position="learned", merge="add"):
+    layer = PositionalEmbedding(
+        PatchEmbedding(2, 4, dynamic_image_size=True, class_token=class_token),
+        sequence_length=grid[0] * grid[1] + class_token,
+        grid=None if grid[0] == grid[1] else grid,
+        position=position,
+        merge=merge,
+    )
+    layer.build((None, 2 * grid[0], 2 * grid[1], 3))
+    return layer
+
+
+def _dynamic_expected(layer, weights, images, new_grid, trained_grid):
+    prefix = int(layer.embedding.class_token)
+    table = weights["embeddings"]
+    grid = table[prefix:].reshape(*trained_grid, -1)
+    positions = np.concatenate(
+        [table[:prefix], bicubic_resample(grid, *new_grid).reshape(-1, 4)]
+    )
+    patches = oracle.patch_embedding(
+        images,
+        weights["kernel"],
+        weights["bias"],
+        2,
+        class_token=weights.get("class_token"),
+    )
+    if layer.merge == "add":
+        return patches + positions
+    return np.concatenate(
+        [patches, np.broadcast_to(positions, patches.shape)], -1
+    )
+
+
+@pytest.mark.parametrize(
+    "class_token, merge, size, new_grid",
+    [
+        (False, "add", (10, 6), (5, 3)),  # taller, narrower
+        (True, "concat", (6, 8), (3, 4)),  # the trained grid
+    ],
+)
+def test_dynamic_grid_matches_oracle(
+    rng, randomize, class_token, merge, size, new_grid
+):
+    layer = _dynamic(class_token, merge=merge)
+    weights = {
+        w.path.split("/")[-1]: v
+        for w, v in zip(layer.weights, randomize(layer, scale=1.0))
+    }
+    images = rng.uniform(size=(2, *size, 3)).astype("float32")
+    out = np_(layer(images))
+    expected = _dynamic_expected(layer, weights, images, new_grid, (3, 4))
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out, expected, **DYNAMIC_TOL)
+    if new_grid == (3, 4):
+        # The trained grid: the table itself, not a resampling of it.
+        positions = np_(layer.position_embedding.position_embeddings)
+        embedded = np_(layer.embedding(images))
+        np.testing.assert_array_equal(
+            out[..., 4:], np.broadcast_to(positions, embedded.shape)
+        )
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() == "jax",
+    reason="JAX shapes are always known at trace time, so the layer never "
+    "uses these weights there; eager JAX would compile its ~30 ops one by "
+    "one for each shape (~4 s)",
+)
+def test_cubic_weights_tensor_matches_numpy():
+    """The keras.ops weights, for sizes TensorFlow only knows when the graph
+    runs (given here as tensors), against the float64 NumPy matrix."""
+    # One `new` for all (eager JAX compiles each op once per shape).
+    for old, new in [(4, 6), (9, 6), (6, 6)]:
+        got = np_(cubic_weights_tensor(old, keras.ops.convert_to_tensor(new)))
+        expected = cubic_weights(old, new)
+        assert got.shape == (new, old)
+        if old == new:
+            np.testing.assert_array_equal(got, np.eye(old))
+        # float32 sampling positions and kernel: measured ~7e-7.
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-6)
+
+
+def test_dynamic_sine_positions_are_computed_for_each_length(rng):
+    layer = PositionalEmbedding(
+        PatchEmbedding(2, 4, dynamic_image_size=True, class_token=True),
+        sequence_length=5,
+        position="sine",
+    )
+    images = rng.uniform(size=(1, 6, 8, 3)).astype("float32")
+    out = np_(layer(images))  # 1 + 12 positions, more than 5
+    expected = np_(layer.embedding(images)) + oracle.sine_position_encoding(
+        13, 4
+    )
+    np.testing.assert_allclose(out, expected, **SINE_TOL)
+
+
+def test_dynamic_grid_errors():
+    patches = PatchEmbedding(2, 4, dynamic_image_size=True, class_token=True)
+    cases = [
+        (
+            dict(embedding=patches, sequence_length=13),
+            "learned positions resampled to each image size form a grid of "
+            "patches; sequence_length=13 (1 class token and 12 patches) is "
+            "not a square grid: pass grid=(rows, cols).",
+        ),
+        (
+            dict(embedding=patches, sequence_length=13, grid=(4, 4)),
+            "`grid` (4, 4) holds 16 positions; sequence_length=13 (1 class "
+            "token and 12 patches) holds 12 patch positions.",
+        ),
+        (
+            dict(
+                embedding=keras.layers.Embedding(10, 4),
+                sequence_length=12,
+                grid=(3, 4),
+            ),
+            "`grid` is the patch grid of a PatchEmbedding; the embedding is "
+            "a Embedding: leave grid=None.",
+        ),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError) as e:
+            PositionalEmbedding(**kwargs)
+        assert str(e.value) == f"PositionalEmbedding: {message}"
+    layer = PositionalEmbedding(patches, sequence_length=13, grid=(3, 4))
+    with pytest.raises(ValueError) as e:
+        layer(np.zeros((1, 6, 8, 3), "float32"), start_index=1)
+    assert str(e.value) == (
+        "PositionalEmbedding: `start_index` must be 0 around a "
+        "PatchEmbedding with dynamic_image_size=True (its positions are a "
+        "grid of patches); got 1."
+    )
+
+
+def test_dynamic_layer_contract(rng):
+    """Config (with `grid`) and .keras round trips, symbolic vs eager,
+    mixed precision, a training step, with images of another size than the
+    trained grid's (2x3 trained, 2x2 called: the grid is resampled)."""
+    images = rng.uniform(size=(2, 4, 4, 1)).astype("float32")
+    run_layer_test(
+        PositionalEmbedding,
+        dict(
+            embedding=PatchEmbedding(
+                2, 4, dynamic_image_size=True, class_token=True
+            ),
+            sequence_length=7,
+            grid=(2, 3),
+        ),
+        input_data=images,
+        expected_output_shape=(2, 5, 4),
+        expected_output_dtype="float32",
+        # Class token, patch kernel and bias, position table.
+        expected_num_trainable_weights=4,
+        expected_num_non_trainable_weights=0,
+        expected_mask=False,
+        tolerance=0,
+    )
+
+
+def test_dynamic_keras_file_runs_at_another_size(rng, tmp_path):
+    layer = _dynamic(True)
+    inputs = keras.Input((None, None, 3))
+    model = keras.Model(inputs, layer(inputs))
+    layer.position_embedding.position_embeddings.assign(
+        rng.normal(size=(13, 4)).astype("float32")
+    )
+    path = str(tmp_path / "dynamic.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    images = rng.uniform(size=(2, 10, 6, 3)).astype("float32")
+    # Same weights, same ops, eager: identical outputs.
+    np.testing.assert_array_equal(np_(loaded(images)), np_(model(images)))
+    assert loaded.layers[-1].get_config() == layer.get_config()
+
+
+def test_resized_keeps_the_class_token_position(rng):
+    layer = PositionalEmbedding(
+        PatchEmbedding(2, 4, class_token=True), sequence_length=17
+    )
+    layer.build((None, 8, 8, 3))
+    table = rng.normal(size=(17, 4)).astype("float32")
+    layer.position_embedding.position_embeddings.assign(table)
+    resized = layer.resized((3, 5))
+    got = np_(resized.position_embedding.position_embeddings)
+    assert resized.sequence_length == 16 and resized.grid == (3, 5)
+    np.testing.assert_array_equal(got[0], table[0])
+    expected = bicubic_resample(table[1:].reshape(4, 4, 4), 3, 5)
+    np.testing.assert_allclose(got[1:], expected.reshape(-1, 4), **RESIZE_TOL)
+
+
+# Done when: a tiny ViT trained at 32x32 runs fit and predict at 48x48,
+# compiled (each backend's default), and agrees with a NumPy computation.
+def _vit_oracle(w, images, trained_grid, new_grid):
+    """Patches (+ class token) + the trained table's grid resampled
+    pixel by pixel + one post-norm encoder block + mean + Dense, float64."""
+    x = oracle.patch_embedding(
+        images, w["kernel"], w["bias"], 8, class_token=w["class_token"]
+    )
+    table = w["embeddings"]
+    grid = bicubic_resample(table[1:].reshape(*trained_grid, -1), *new_grid)
+    x = x + np.concatenate([table[:1], grid.reshape(-1, table.shape[-1])])
+
+    def get(part):
+        return [v for p, v in w["encoder"] if f"/{part}/" in p]
+
+    x = oracle.transformer_encoder(
+        x,
+        get("self_attention_layer"),
+        get("self_attention_layer_norm"),
+        get("feedforward_intermediate_dense"),
+        get("feedforward_output_dense"),
+        get("feedforward_layer_norm"),
+    )
+    return oracle.dense(x.mean(1), *w["head"])
+
+
+@pytest.fixture(scope="module")
+def tiny_vit():
+    """Trained one epoch at 32x32 (4x4 patches of 8), one at 48x48 (6x6),
+    then predicting at 48x48; the results as NumPy arrays."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    inputs = keras.Input((None, None, 3))
+    positions = PositionalEmbedding(
+        PatchEmbedding(8, 8, dynamic_image_size=True, class_token=True),
+        sequence_length=1 + 4 * 4,
+        name="positions",
+    )
+    x = keras_hub.layers.TransformerEncoder(16, 2, name="encoder")(
+        positions(inputs)
+    )
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(x))
+    # SGD: the cheapest step to compile (Adam doubles JAX's compile time).
+    model.compile(
+        keras.optimizers.SGD(0.1),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x32 = rng.uniform(size=(4, 32, 32, 3)).astype("float32")
+    x48 = rng.uniform(size=(4, 48, 48, 3)).astype("float32")
+    y = rng.integers(0, 2, 4)
+    model.fit(x32, y, batch_size=4, epochs=1, verbose=0)
+    table = positions.position_embedding.position_embeddings
+    trained = np_(table)
+    # A second size: TensorFlow retraces the step with unknown sizes (the
+    # bicubic weights are then computed with keras.ops), JAX compiles the
+    # new shape, torch runs it.
+    history = model.fit(x48, y, batch_size=4, epochs=1, verbose=0)
+    weights = {
+        w.path.split("/")[-1]: np_(w).astype(np.float64)
+        for w in positions.weights
+    }
+    weights["encoder"] = [
+        (w.path, np_(w).astype(np.float64))
+        for w in model.get_layer("encoder").weights
+    ]
+    weights["head"] = [np_(w) for w in model.get_layer("head").weights]
+    return dict(
+        trained=trained,
+        tuned=np_(table),
+        loss=history.history["loss"][0],
+        compiled=model.predict(x48, batch_size=4, verbose=0),
+        expected=_vit_oracle(weights, x48, (4, 4), (6, 6)),
+    )
+
+
+def test_tiny_vit_trained_at_32_runs_fit_and_predict_at_48(tiny_vit):
+    assert tiny_vit["compiled"].shape == (4, 2)
+    # float32 (resampling weights, attention, layer norms) against float64:
+    # measured <= 1e-6; 1e-5 is the stated bound.
+    np.testing.assert_allclose(
+        tiny_vit["compiled"], tiny_vit["expected"], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_tiny_vit_fit_at_48_trains_the_grid_through_the_resampling(tiny_vit):
+    # Every row of the 4x4 grid (and the class token's) moved in the fit
+    # at 48x48; the table kept its trained shape.
+    assert np.isfinite(tiny_vit["loss"])
+    assert tiny_vit["tuned"].shape == (17, 8)
+    moved = np.abs(tiny_vit["tuned"] - tiny_vit["trained"]).max(axis=-1)
+    assert np.all(moved > 0), moved

@@ -1,12 +1,17 @@
 """Resampling a table of learned positions to another number of positions.
 
-The weights are NumPy matrices `(new, old)`, applied to the table once, in
-float64 NumPy, so every backend gets the same table: `keras.ops.image.resize`
-would interpolate differently on each (TensorFlow, JAX and torch place and
-weight their samples in their own ways).
+The weights are matrices `(new, old)` written from the formulas below, so
+every backend gets the same numbers: `keras.ops.image.resize` would
+interpolate differently on each (TensorFlow, JAX and torch place and weight
+their samples in their own ways). `PositionalEmbedding.resized` applies them
+once, in float64 NumPy; a `PositionalEmbedding` around a `PatchEmbedding`
+with `dynamic_image_size=True` applies them at every call, as NumPy
+constants when the grid is known at trace time, else as the tensors of
+`cubic_weights_tensor` (TensorFlow traces sizes it does not know).
 """
 
 import numpy as np
+from keras import ops
 
 
 def linear_weights(old, new):
@@ -68,6 +73,41 @@ def cubic_weights(old, new, a=-0.75):
             index = min(max(first + k, 0), old - 1)
             weights[i, index] += _cubic(k - fraction, a)
     return weights
+
+
+def _cubic_tensor(x, a):
+    # `_cubic` with keras.ops, elementwise.
+    x = ops.abs(x)
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    return ops.where(x <= 1.0, near, ops.where(x < 2.0, far, 0.0))
+
+
+def cubic_weights_tensor(old, new, dtype="float32", a=-0.75):
+    """`cubic_weights(old, new)` computed with `keras.ops`, for a `new`
+    known only when the graph runs: `(new, old)` weights of `dtype`.
+
+    The same sampling positions and kernel as `cubic_weights`, in `dtype`
+    arithmetic (float32: ~1e-7 from the float64 matrix); `new == old` is
+    the identity exactly.
+
+    Args:
+        old: int >= 1, the positions along the axis (a Python int: the
+            trained grid).
+        new: int >= 1 or a scalar int tensor, the positions wanted.
+        dtype: float dtype of the weights. Defaults to `"float32"`.
+        a: float, the kernel's parameter. Defaults to torch's `-0.75`.
+    """
+    scale = old / ops.cast(new, dtype)
+    source = (ops.cast(ops.arange(new), dtype) + 0.5) * scale - 0.5
+    first = ops.floor(source)
+    fraction = source - first
+    # The four neighbours at once, (new, 4): few ops, few kernels to
+    # compile where ops run one by one (eager JAX).
+    offsets = ops.convert_to_tensor(np.arange(-1, 3, dtype="int32"))
+    index = ops.clip(ops.cast(first, "int32")[:, None] + offsets, 0, old - 1)
+    weight = _cubic_tensor(ops.cast(offsets, dtype) - fraction[:, None], a)
+    return ops.sum(ops.one_hot(index, old, dtype=dtype) * weight[..., None], 1)
 
 
 def resample_grid(table, old_grid, new_grid):

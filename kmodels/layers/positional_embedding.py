@@ -11,6 +11,8 @@ from kmodels.arguments import check_int
 from kmodels.contracts.checks import check_positional_embedding_inputs
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.patch_embedding import PatchEmbedding
+from kmodels.layers.position_resampling import cubic_weights
+from kmodels.layers.position_resampling import cubic_weights_tensor
 from kmodels.layers.position_resampling import linear_weights
 from kmodels.layers.position_resampling import resample_grid
 
@@ -39,6 +41,55 @@ def _grid(value, name, owner):
     return (side, side)
 
 
+def _is_dynamic_grid(embedding, position):
+    """Learned positions around a `PatchEmbedding` whose images change
+    size: a grid resampled at every call."""
+    return (
+        position == "learned"
+        and isinstance(embedding, PatchEmbedding)
+        and embedding.dynamic_image_size
+    )
+
+
+def _trained_grid(embedding, sequence_length, grid, owner):
+    """`(rows, cols)` of the learned grid of positions around a
+    `PatchEmbedding`: `grid`, or the square of the positions after the
+    class token; or a clear error."""
+    if not isinstance(embedding, PatchEmbedding):
+        raise ValueError(
+            f"{owner}: `grid` is the patch grid of a PatchEmbedding; the "
+            f"embedding is a {type(embedding).__name__}: leave grid=None."
+        )
+    prefix = embedding.num_prefix_tokens
+    count = sequence_length - prefix
+    where = (
+        f"sequence_length={sequence_length} (1 class token and {count} patches)"
+        if prefix
+        else f"sequence_length={sequence_length}"
+    )
+    if grid is None:
+        side = int(round(max(count, 0) ** 0.5))
+        if count < 1 or side * side != count:
+            raise ValueError(
+                f"{owner}: learned positions resampled to each image size "
+                f"form a grid of patches; {where} is not a square grid: "
+                "pass grid=(rows, cols)."
+            )
+        return (side, side)
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise ValueError(
+            f"{owner}: `grid` must be (rows, cols) of the patch grid; got "
+            f"{grid!r}."
+        )
+    grid = tuple(check_int(v, "grid", owner) for v in grid)
+    if grid[0] * grid[1] != count:
+        raise ValueError(
+            f"{owner}: `grid` {grid} holds {grid[0] * grid[1]} positions; "
+            f"{where} holds {count} patch positions."
+        )
+    return grid
+
+
 @keras.saving.register_keras_serializable(package="kmodels")
 class PositionalEmbedding(keras.layers.Layer):
     """Any embedding layer plus learned or sinusoidal positions.
@@ -54,7 +105,10 @@ class PositionalEmbedding(keras.layers.Layer):
         embedding: a `keras.layers.Layer` mapping the inputs to
             `(batch, seq, dim)`.
         sequence_length: int >= 1, the most positions an input may have
-            (the learned table's rows; checked for both variants).
+            (the learned table's rows; checked for both variants). Around
+            a `PatchEmbedding` with `dynamic_image_size=True`: the
+            positions of the trained grid (plus its class token), which
+            any image size resamples; not a bound.
         position: `"learned"` or `"sine"`. Defaults to `"learned"`.
         merge: `"add"` (output dim `dim`) or `"concat"` (output dim
             `2 * dim`). Defaults to `"add"`.
@@ -62,6 +116,10 @@ class PositionalEmbedding(keras.layers.Layer):
             `"glorot_uniform"`, as `keras_hub.layers.PositionEmbedding`.
         max_wavelength: finite number > 0, the sine variant's longest
             wavelength. Defaults to `10000` (Vaswani et al., 2017).
+        grid: `(rows, cols)` of the patch grid that the learned positions
+            form, around a `PatchEmbedding` (after its class token, if
+            any); needed when that grid is not square. Defaults to `None`:
+            a square grid.
         **kwargs: other keyword arguments passed to `keras.layers.Layer`,
             including `name`, `trainable`, `dtype` etc.
 
@@ -80,11 +138,27 @@ class PositionalEmbedding(keras.layers.Layer):
     x = layer(np.array([[5, 7, 9, 0, 0]]))  # (1, 5, 32); mask [[1,1,1,0,0]]
     ```
 
+    Around a `PatchEmbedding(..., dynamic_image_size=True)`, learned
+    positions are a grid trained at one image size and resampled bicubic
+    to the patch grid of each call (the class token's position is kept):
+
+    ```python
+    layer = kmodels.layers.PositionalEmbedding(
+        kmodels.layers.PatchEmbedding(
+            4, 32, dynamic_image_size=True, class_token=True
+        ),
+        sequence_length=1 + 8 * 8,  # trained at 32x32: an 8x8 grid
+    )
+    layer(np.zeros((2, 32, 32, 3))).shape  # (2, 65, 32)
+    layer(np.zeros((2, 48, 40, 3))).shape  # (2, 1 + 12 * 10, 32)
+    ```
+
     References:
      - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
      - [Devlin et al., 2019](https://arxiv.org/abs/1810.04805)
 
-    See docs/position_embedding.md, section "The right composition".
+    See docs/position_embedding.md, sections "The right composition" and
+    "Another image size: `dynamic_image_size`".
     """
 
     def __init__(
@@ -95,6 +169,7 @@ class PositionalEmbedding(keras.layers.Layer):
         merge="add",
         position_initializer="glorot_uniform",
         max_wavelength=10000,
+        grid=None,
         **kwargs,
     ):
         # Every argument is checked before any sublayer is made.
@@ -117,6 +192,12 @@ class PositionalEmbedding(keras.layers.Layer):
                 "keras.layers.Layer (e.g. keras.layers.Embedding(...)); got "
                 f"{type(embedding).__name__}."
             )
+        trained_grid = None
+        if grid is not None or _is_dynamic_grid(embedding, position):
+            trained_grid = _trained_grid(
+                embedding, sequence_length, grid, owner
+            )
+            grid = None if grid is None else trained_grid
         position_initializer = keras.initializers.get(position_initializer)
         super().__init__(**kwargs)
         self.embedding = embedding
@@ -125,6 +206,13 @@ class PositionalEmbedding(keras.layers.Layer):
         self.merge = merge
         self.position_initializer = position_initializer
         self.max_wavelength = max_wavelength
+        self.grid = grid
+        # Images of any size: learned positions are resampled to each
+        # call's patch grid, sine positions computed for its length.
+        self._dynamic = isinstance(embedding, PatchEmbedding) and (
+            embedding.dynamic_image_size
+        )
+        self._trained_grid = trained_grid
         if position == "learned":
             self.position_embedding = keras_hub.layers.PositionEmbedding(
                 sequence_length=self.sequence_length,
@@ -155,7 +243,8 @@ class PositionalEmbedding(keras.layers.Layer):
                 f"{type(self.embedding).__name__} outputs shape "
                 f"{embedded_shape} for inputs of shape {input_shape}."
             )
-        self._check_length(embedded_shape[1])
+        if not self._dynamic:
+            self._check_length(embedded_shape[1])
         self.position_embedding.build(embedded_shape)
         self.built = True
 
@@ -167,6 +256,20 @@ class PositionalEmbedding(keras.layers.Layer):
             )
 
     def __call__(self, *args, **kwargs):
+        if self._dynamic:
+            # Here, not in `call`: the same message on every backend, not
+            # wrapped in Keras' note on the failing call.
+            start_index = kwargs.get(
+                "start_index", args[1] if len(args) > 1 else 0
+            )
+            if not isinstance(start_index, (numbers.Integral, np.integer)) or (
+                start_index != 0
+            ):
+                raise ValueError(
+                    "PositionalEmbedding: `start_index` must be 0 around a "
+                    "PatchEmbedding with dynamic_image_size=True (its "
+                    f"positions are a grid of patches); got {start_index!r}."
+                )
         # Concrete inputs are checked before Keras converts them (JAX casts
         # int64 NumPy ids to int32, wrapping): kmodels.contracts.
         return guarded_call(self, super().__call__, args, kwargs)
@@ -176,6 +279,21 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         embedded = self.embedding(inputs)
+        if self._dynamic:
+            positions = self._positions_of_images(inputs, embedded)
+        else:
+            positions = self._positions(embedded, start_index)
+        # The wrapped embedding keeps its own dtype policy (often float32
+        # under a mixed one): both halves are cast to this layer's compute
+        # dtype, the dtype `compute_output_spec` announces, so TensorFlow
+        # does not refuse a half + float sum and JAX does not promote it.
+        embedded = ops.cast(embedded, self.compute_dtype)
+        positions = ops.cast(positions, self.compute_dtype)
+        if self.merge == "add":
+            return embedded + positions
+        return ops.concatenate([embedded, positions], axis=-1)
+
+    def _positions(self, embedded, start_index):
         if isinstance(start_index, (numbers.Number, np.generic, str)):
             # A Python or NumPy number is checked here, the same on every
             # backend: JAX's slice would silently clamp an out-of-range
@@ -193,16 +311,52 @@ class PositionalEmbedding(keras.layers.Layer):
                     f"positions {start_index} to {start_index + length - 1}"
                     f" (start_index={start_index}, {length} positions)."
                 )
-        positions = self.position_embedding(embedded, start_index=start_index)
-        # The wrapped embedding keeps its own dtype policy (often float32
-        # under a mixed one): both halves are cast to this layer's compute
-        # dtype, the dtype `compute_output_spec` announces, so TensorFlow
-        # does not refuse a half + float sum and JAX does not promote it.
-        embedded = ops.cast(embedded, self.compute_dtype)
-        positions = ops.cast(positions, self.compute_dtype)
-        if self.merge == "add":
-            return embedded + positions
-        return ops.concatenate([embedded, positions], axis=-1)
+        return self.position_embedding(embedded, start_index=start_index)
+
+    def _positions_of_images(self, images, embedded):
+        """Positions for images of any size (`dynamic_image_size`);
+        `start_index` is 0 (checked in `__call__`)."""
+        if self.position != "learned":
+            # Sine positions are computed for the call's length.
+            return self.position_embedding(embedded)
+        shape = ops.shape(images)
+        grid = self._resampled_grid(*self.embedding.patch_grid(*shape[1:3]))
+        return ops.broadcast_to(grid[None], ops.shape(embedded))
+
+    def _resampled_grid(self, rows, cols):
+        """The learned `(n, dim)` table with its grid resampled bicubic to
+        `(rows, cols)` (ints, or int tensors when TensorFlow traces unknown
+        sizes); the class token's position is kept as it is."""
+        table = ops.convert_to_tensor(
+            self.position_embedding.position_embeddings
+        )
+        old_rows, old_cols = self._trained_grid
+        static = isinstance(rows, (int, np.integer)) and isinstance(
+            cols, (int, np.integer)
+        )
+        if static and (rows, cols) == (old_rows, old_cols):
+            return table
+        dtype = keras.backend.standardize_dtype(table.dtype)
+
+        def weights(old, new):
+            # Separable bicubic: one (new, old) matrix per axis. Known
+            # sizes get the float64 NumPy matrix (a constant of the trace);
+            # unknown ones the same formula in keras.ops.
+            if isinstance(new, (int, np.integer)):
+                return ops.convert_to_tensor(
+                    cubic_weights(old, int(new)).astype(dtype)
+                )
+            return cubic_weights_tensor(old, new, dtype)
+
+        prefix = self.embedding.num_prefix_tokens
+        dim = table.shape[-1]
+        grid = ops.reshape(table[prefix:], (old_rows, old_cols, dim))
+        grid = ops.einsum("ih,hwd->iwd", weights(old_rows, rows), grid)
+        grid = ops.einsum("jw,iwd->ijd", weights(old_cols, cols), grid)
+        grid = ops.reshape(grid, (-1, dim))
+        if not prefix:
+            return grid
+        return ops.concatenate([table[:prefix], grid], axis=0)
 
     def resized(self, sequence_length, from_grid=None):
         """A new layer holding `sequence_length` positions.
@@ -219,7 +373,9 @@ class PositionalEmbedding(keras.layers.Layer):
           of patches: the grid is resampled bicubic (torch's
           `F.interpolate(mode="bicubic", align_corners=False)`, timm's
           default). `sequence_length` is then the new grid, `(rows, cols)`,
-          or an int `n` for a square grid of `sqrt(n)` sides.
+          or an int `n` for a square grid of `sqrt(n)` sides; the class
+          token's position (`class_token=True`) is kept as it is, before
+          the grid.
         - Sine positions need nothing: they are computed for any length.
 
         The same size gives the same table exactly. The resampling runs
@@ -229,8 +385,9 @@ class PositionalEmbedding(keras.layers.Layer):
             sequence_length: int >= 1; or, around a `PatchEmbedding`, a
                 tuple `(rows, cols)` of the new patch grid.
             from_grid: `(rows, cols)` of the trained grid around a
-                `PatchEmbedding`, needed when `self.sequence_length` is not
-                a square number. Defaults to a square grid.
+                `PatchEmbedding`, needed when its positions (after the
+                class token) are not a square number. Defaults to
+                `self.grid`, else a square grid.
 
         Returns:
             A `PositionalEmbedding`, built when this one is.
@@ -254,24 +411,31 @@ class PositionalEmbedding(keras.layers.Layer):
         owner = "PositionalEmbedding.resized"
         patches = isinstance(self.embedding, PatchEmbedding)
         if patches:
+            prefix = self.embedding.num_prefix_tokens
+            count = self.sequence_length - prefix
+            if from_grid is None:
+                from_grid = self.grid
             new_grid = _grid(sequence_length, "sequence_length", owner)
             old_grid = _grid(
-                self.sequence_length if from_grid is None else from_grid,
+                count if from_grid is None else from_grid,
                 "from_grid",
                 owner,
             )
-            if old_grid[0] * old_grid[1] != self.sequence_length:
+            if old_grid[0] * old_grid[1] != count:
+                after = " after its class token" if prefix else ""
                 raise ValueError(
                     f"{owner} expects from_grid to hold the layer's "
-                    f"{self.sequence_length} positions; got {old_grid}"
+                    f"{count} positions{after}; got {old_grid}"
                 )
-            length = new_grid[0] * new_grid[1]
+            length = new_grid[0] * new_grid[1] + prefix
         else:
             length = check_int(sequence_length, "sequence_length", owner)
         config = self.get_config()
         config.pop("embedding")
         config.pop("build_config", None)
         config["sequence_length"] = length
+        if patches:
+            config["grid"] = new_grid
         # Not through from_config: the new layer wraps this very embedding.
         layer = type(self)(self.embedding, **config)
         if not self.built or self.position != "learned":
@@ -279,7 +443,10 @@ class PositionalEmbedding(keras.layers.Layer):
         table = self.position_embedding.position_embeddings
         old = keras.ops.convert_to_numpy(table).astype(np.float64)
         if patches:
-            new = resample_grid(old, old_grid, new_grid)
+            # The class token's position is kept as it is.
+            new = np.concatenate(
+                [old[:prefix], resample_grid(old[prefix:], old_grid, new_grid)]
+            )
         else:
             new = linear_weights(self.sequence_length, length) @ old
         layer.position_embedding.build((None, length, old.shape[-1]))
@@ -317,6 +484,7 @@ class PositionalEmbedding(keras.layers.Layer):
                     self.position_initializer
                 ),
                 "max_wavelength": self.max_wavelength,
+                "grid": self.grid,
             }
         )
         return config
