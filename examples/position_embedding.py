@@ -207,6 +207,47 @@ def gradient_flow_plot(
     return flags
 
 
+def resampling_plot(path, new_grid=(7, 7), size=(720, 300)):
+    """Writes to the PNG `path` one channel of a 4 x 4 grid of learned
+    patch positions (a smooth pattern, set by hand) beside the same
+    channel resampled by `PositionalEmbedding.resized(new_grid)` (bicubic),
+    and returns the two tables `(16, 2)` and `(rows * cols, 2)`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from kmodels.layers import PatchEmbedding
+    from kmodels.layers import PositionalEmbedding
+
+    layer = PositionalEmbedding(PatchEmbedding(4, 2), sequence_length=16)
+    layer.build((1, 16, 16, 3))
+    rows, cols = np.meshgrid(np.arange(4.0), np.arange(4.0), indexing="ij")
+    table = np.stack(
+        [np.sin(1.3 * rows) + 0.5 * cols, np.cos(cols) * rows], axis=-1
+    ).reshape(16, 2)
+    layer.position_embedding.position_embeddings.assign(table)
+    resized = layer.resized(new_grid)
+    new = keras.ops.convert_to_numpy(
+        resized.position_embedding.position_embeddings
+    )
+    width, height = size
+    figure = Figure(figsize=(width / 100, height / 100), dpi=100)
+    FigureCanvasAgg(figure)
+    panels = (
+        (table[:, 0].reshape(4, 4), "trained grid 4 x 4 (channel 0)"),
+        (new[:, 0].reshape(new_grid), f"resized({new_grid}) (bicubic)"),
+    )
+    low, high = min(p.min() for p, _ in panels), max(p.max() for p, _ in panels)
+    for i, (values, title) in enumerate(panels):
+        axes = figure.add_subplot(1, 2, i + 1)
+        image = axes.imshow(values, vmin=low, vmax=high, cmap="viridis")
+        axes.set_title(title, fontsize=10)
+        axes.set_xlabel("patch column")
+        axes.set_ylabel("patch row")
+    figure.colorbar(image, ax=figure.axes, shrink=0.8)
+    figure.savefig(path)
+    return table, new
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -216,7 +257,15 @@ def main(argv=None):
     parser.add_argument(
         "--plot", help="also write the gradient-flow plot to this PNG"
     )
+    parser.add_argument(
+        "--resample-plot",
+        help="also write a learned position grid and its resized version "
+        "to this PNG",
+    )
     args = parser.parse_args(argv)
+    if args.resample_plot:
+        resampling_plot(args.resample_plot)
+        print(f"wrote {args.resample_plot}")
     if args.plot:
         flags = gradient_flow_plot(args.plot, seed=args.seed)
         print(f"wrote {args.plot}")

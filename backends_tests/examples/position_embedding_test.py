@@ -34,3 +34,18 @@ def test_no_position_model_is_blind_to_order():
     # Permutation-equivariant encoder + mean pooling: equal up to float32
     # summation order (1e-6).
     np.testing.assert_allclose(out, out_shuffled, rtol=1e-6, atol=1e-6)
+
+
+def test_resampling_plot_shows_the_grid_and_its_resized_version(tmp_path):
+    """The docs picture: the hand-set 4 x 4 table and its 7 x 7 bicubic
+    resampling, checked against the pixel-by-pixel NumPy bicubic."""
+    from matplotlib.image import imread
+
+    from examples.position_embedding import resampling_plot
+    from kmodels.testing.oracle.position import bicubic_resample
+
+    path = str(tmp_path / "grid.png")
+    table, new = resampling_plot(path)
+    assert imread(path).shape[:2] == (300, 720)
+    expected = bicubic_resample(table.reshape(4, 4, 2), 7, 7)
+    np.testing.assert_allclose(new, expected.reshape(49, 2), atol=1e-6)
