@@ -84,41 +84,44 @@ def decoder_step(decoder, context, context_mask):
     return step
 
 
-def _refusals(constraints, end_id, vocabulary, device):
-    """`refused(generated, count)`: bool `(rows, vocabulary)`, the ids
-    `constraints` (a `kmodels.seq2seq.constraints.Constraints`) refuse as
-    the `count + 1`-th generated id, given the ids generated so far
-    (`generated[:, :count]`); None when it masks nothing. The same rules as
-    `Constraints.mask`, with the repeated n-grams scattered rather than
-    compared against every id (eager torch would build the whole
-    `(rows, windows, vocabulary)` comparison)."""
+def _refusals(constraints, end_id, device):
+    """`refuse(logits, generated, count)`: writes `-inf` in place into the
+    `(rows, vocabulary)` `logits` at the ids `constraints` (a
+    `kmodels.seq2seq.constraints.Constraints`) refuse as the `count + 1`-th
+    generated id, given the ids generated so far (`generated[:, :count]`);
+    None when no constraint is on. The same rules as `Constraints.mask`,
+    written as indexed writes (the banned columns, the end id, the ids
+    that would repeat an n-gram) rather than a `(rows, vocabulary)` mask
+    built and applied at every step."""
     if constraints is None or not constraints.active:
         return None
     # This call's values (the loop's inputs), not the loop's first ones.
     banned, min_length, _ = constraints.values
     banned = torch.as_tensor(banned, device=device).to(torch.bool)
+    banned = banned.nonzero().flatten()
     min_length = int(min_length)
     size = constraints.no_repeat_ngram_size
+    inf = float("inf")
 
-    def refused(generated, count):
-        rows = generated.shape[0]
-        out = banned.expand(rows, vocabulary).clone()
+    def refuse(logits, generated, count):
+        if banned.numel():
+            logits.index_fill_(1, banned, -inf)
         if count + 1 < min_length:
-            out[:, end_id] = True
+            logits[:, end_id] = -inf
         if size and count >= size:
             generated = generated.long()
             windows = count - size + 1
-            match = torch.ones((rows, windows), dtype=torch.bool, device=device)
+            match = torch.ones(
+                (generated.shape[0], windows), dtype=torch.bool, device=device
+            )
             for k in range(size - 1):
                 last = generated[:, count - size + 1 + k, None]
                 match &= generated[:, k : k + windows] == last
-            following = generated[:, size - 1 : size - 1 + windows]
-            hits = torch.zeros((rows, vocabulary), device=device)
-            hits.scatter_add_(1, following, match.float())
-            out |= hits > 0
-        return out
+            rows, starts = match.nonzero(as_tuple=True)
+            logits[rows, generated[rows, starts + size - 1]] = -inf
+        return logits
 
-    return refused
+    return refuse
 
 
 def greedy_loop(
@@ -127,12 +130,7 @@ def greedy_loop(
     step = decoder_step(decoder, context, context_mask)
     if step is None:
         return None
-    refused = _refusals(
-        constraints,
-        end_id,
-        decoder.output_layer.kernel.shape[-1],
-        torch.as_tensor(context).device,
-    )
+    refuse = _refusals(constraints, end_id, torch.as_tensor(context).device)
     dtype = getattr(torch, decoder.compute_dtype)
     with torch.no_grad():
         batch, s = context.shape[0], context.shape[1]
@@ -147,21 +145,21 @@ def greedy_loop(
             logits, state, weights = step(token, state)
             # The padding id is never generated.
             logits[:, 0] = -1e9
-            if refused is None:
+            if refuse is None:
                 nxt = torch.argmax(logits, dim=-1)
             else:
-                allowed = logits.masked_fill(refused(ids, i), -math.inf)
+                allowed = refuse(logits.clone(), ids, i)
                 allowed[:, 0] = -math.inf
                 # A row with no allowed id stops, scoring -inf.
                 dead = torch.isneginf(allowed).all(dim=-1)
                 nxt = torch.argmax(allowed, dim=-1).masked_fill(dead, 0)
             log_probs = torch.log_softmax(logits, dim=-1)
             chosen = log_probs.gather(1, nxt[:, None])[:, 0]
-            if refused is not None:
+            if refuse is not None:
                 chosen = chosen.masked_fill(dead, -math.inf)
             scores = torch.where(done, scores, scores + chosen)
             done = done | (nxt == end_id)
-            if refused is not None:
+            if refuse is not None:
                 done = done | dead
             nxt = torch.where(done, torch.zeros_like(nxt), nxt)
             ids[:, i] = nxt.to(torch.int32)
@@ -217,13 +215,8 @@ def beam_loop(
         token = torch.full((rows,), start_id, **like)
         state = torch.zeros((rows, decoder.units), dtype=dtype, device=device)
         offsets = torch.arange(batch, device=device)[:, None] * num_beams
-        refused = _refusals(
-            constraints,
-            end_id,
-            decoder.output_layer.kernel.shape[-1],
-            device,
-        )
-        if refused is not None:
+        refuse = _refusals(constraints, end_id, device)
+        if refuse is not None:
             # Each beam's ids so far, reordered with the beams.
             history = torch.zeros((rows, max_length), **like)
         steps = 0
@@ -233,10 +226,10 @@ def beam_loop(
             # The padding id is never generated (probability 0).
             logits[:, 0] = -inf
             candidates = torch.log_softmax(logits, dim=-1)
-            if refused is not None:
+            if refuse is not None:
                 # Refused ids are removed; the others keep their
                 # log-probabilities (no renormalisation).
-                candidates.masked_fill_(refused(history, i), -inf)
+                refuse(candidates, history, i)
             candidates += scores[:, None]
             if bool(done.any()):
                 # An ended beam (its last id the end id or padding) is one
@@ -250,7 +243,7 @@ def beam_loop(
             token = (index % vocabulary).reshape(rows)
             scores = top.reshape(rows)
             state = state[parent]
-            if refused is not None:
+            if refuse is not None:
                 history = history[parent]
                 history[:, i] = token
             done = done[parent] | (token == end_id) | (token == 0)
