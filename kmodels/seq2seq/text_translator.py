@@ -19,10 +19,10 @@ from kmodels.saving.atomic import check_replaceable
 from kmodels.saving.atomic import write_atomically
 from kmodels.saving.portable_optimizer import load_model
 from kmodels.seq2seq import constraints
+from kmodels.seq2seq import decoding
 from kmodels.seq2seq import sampling
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
-from kmodels.seq2seq.translator import check_search
 
 # A saved bundle's folder holds exactly these (named once, for the
 # exporter that reads the bundle too).
@@ -524,7 +524,7 @@ class TextTranslator:
             no_repeat_ngram_size=no_repeat_ngram_size,
             banned_ids=banned_ids,
         )
-        request, count, limits = check_search(
+        request, count, limits = decoding.check_search(
             self.translator,
             self.target_processor.max_length
             if max_length is None

@@ -54,47 +54,6 @@ def check_token_range(
     return check_ids(tokens, name, owner, vocabulary_size).astype("int32")
 
 
-def check_search(
-    translator, max_length, sampler, num_beams, count, options, owner
-):
-    """Checks the arguments of `Translator.search_step` (and of
-    `TextTranslator.export`, which passes them on) and returns `(request,
-    count, constraints)`: the sampler's `kmodels.seq2seq.sampling.Plan`
-    (every beam), `count` as an int in `[1, beams]` and the checked
-    `kmodels.seq2seq.constraints.Constraints` of `options` (the four
-    constraint arguments of `generate`). `max_length` is checked already.
-    """
-    if sampler not in ("greedy", "beam"):
-        raise ValueError(
-            f"{owner}: `sampler` must be 'greedy' or 'beam'; got "
-            f"{sampler!r} ({type(sampler).__name__})."
-        )
-    kwargs = {}
-    if sampler == "beam":
-        kwargs = dict(num_beams=num_beams, return_all_beams=True)
-    request = sampling.plan(
-        sampler, None, None, kwargs, translator.target_vocabulary_size, owner
-    )
-    count = check_int(
-        count,
-        "num_return_sequences",
-        owner,
-        1,
-        request.num_beams,
-        type_error=True,
-    )
-    limits = constraints.check(
-        options.get("length_penalty", 0.0),
-        options.get("min_length", 0),
-        options.get("no_repeat_ngram_size", 0),
-        options.get("banned_ids"),
-        max_length,
-        translator.target_vocabulary_size,
-        owner,
-    )
-    return request, count, limits
-
-
 @keras.saving.register_keras_serializable(package="kmodels")
 class Translator(
     CheckedEagerCall, ContractModel, SavingModel, XLAByDefault, keras.Model
@@ -519,8 +478,8 @@ class Translator(
             shape = tuple(context_tokens.shape)
             self.build((shape, (shape[0], 1)))
         sample = uniforms is not None
-        return self._generate_loop(
-            context_tokens, uniforms, temperature, max_length, sample
+        return decoding.step_loop(
+            self, context_tokens, uniforms, temperature, max_length, sample
         )
 
     def search_step(
@@ -575,7 +534,7 @@ class Translator(
         max_length = sampling.check_max_length(
             max_length, "Translator.search_step"
         )
-        request, count, limits = check_search(
+        request, count, limits = decoding.check_search(
             self,
             max_length,
             sampler,
@@ -589,81 +548,12 @@ class Translator(
             ),
             "Translator.search_step",
         )
-        beam = sampler == "beam"
         if not self.built:
             shape = tuple(context_tokens.shape)
             self.build((shape, (shape[0], 1)))
-        (ids, _, scores), _ = decoding.decode(
-            self,
-            request.build(),
-            ops.convert_to_tensor(context_tokens, "int32"),
-            max_length,
-            request.num_beams,
-            request.return_all_beams,
-            None,
-            [],
-            request.unit_temperature,
-            limits,
+        return decoding.search(
+            self, context_tokens, max_length, request, count, limits
         )
-        if not beam:
-            return ids[:, None], scores[:, None]
-        return ids[:, :count], scores[:, :count]
-
-    def _generate_loop(self, tokens, uniforms, temperature, max_length, sample):
-        """`generate_step`'s loop: greedy, or inverse-CDF sampling from
-        `uniforms` (read only when `sample`); `generate` itself uses
-        keras-hub's samplers."""
-        context = self.encoder(tokens)
-        context_mask = padding_mask(tokens)
-        batch, s = ops.shape(tokens)[0], ops.shape(tokens)[1]
-        positions = ops.arange(max_length, dtype="int32")
-        vocab_ids = ops.arange(self.target_vocabulary_size, dtype="int32")
-
-        def cond(i, token, state, done, ids, attention):
-            return ops.logical_and(
-                ops.less(i, max_length),
-                ops.logical_not(ops.all(done)),
-            )
-
-        def body(i, token, state, done, ids, attention):
-            logits, state, weights = self.decoder(
-                context,
-                token,
-                state=state,
-                return_state=True,
-                context_mask=context_mask,
-                return_attention_weights=True,
-            )
-            # The padding id is never generated.
-            logits = ops.where(vocab_ids == 0, -1e9, logits[:, 0, :])
-            if sample:
-                probs = ops.softmax(logits / temperature, axis=-1)
-                cdf = ops.cumsum(probs, axis=-1)
-                u = ops.take(uniforms, i, axis=1)[:, None]
-                # Inverse-CDF sampling: the first id whose cumulative
-                # probability exceeds u.
-                nxt = ops.sum(ops.cast(ops.less(cdf, u), "int32"), axis=-1)
-                nxt = ops.minimum(nxt, self.target_vocabulary_size - 1)
-            else:
-                nxt = ops.cast(ops.argmax(logits, axis=-1), "int32")
-            done = ops.logical_or(done, ops.equal(nxt, self.end_id))
-            nxt = ops.where(done, 0, nxt)
-            here = ops.equal(positions, i)[None, :]
-            ids = ops.where(here, nxt[:, None], ids)
-            keep = ops.logical_and(here[:, :, None], ~done[:, None, None])
-            attention = ops.where(keep, weights, attention)
-            return i + 1, nxt[:, None], state, done, ids, attention
-
-        initial = (
-            ops.convert_to_tensor(0, "int32"),
-            ops.full((batch, 1), self.start_id, dtype="int32"),
-            ops.zeros((batch, self.units), dtype=self.compute_dtype),
-            ops.zeros((batch,), dtype="bool"),
-            ops.zeros((batch, max_length), dtype="int32"),
-            ops.zeros((batch, max_length, s), dtype=self.compute_dtype),
-        )
-        out = ops.while_loop(cond, body, initial)
-        return out[4], out[5]
 
     def set_encoder_trainable(self, trainable):
         """Freezes (`False`) or unfreezes (`True`) the encoder, the same way
