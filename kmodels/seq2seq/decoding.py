@@ -238,13 +238,19 @@ def decode(
     score = constraints.normalise(score, ids, max_length)
     if not beam:
         return (ids, attention, score), states
+    return _ranked(ids, attention, score, return_all_beams), states
+
+
+def _ranked(ids, attention, score, return_all_beams):
+    """Beams `(batch, beams, ...)` sorted by `score`, best first (ties in
+    the search's order); every beam, or the best one."""
     order = ops.argsort(-score, axis=1)
     score = ops.take_along_axis(score, order, axis=1)
     ids = ops.take_along_axis(ids, order[:, :, None], axis=1)
     attention = ops.take_along_axis(attention, order[:, :, None, None], axis=1)
     if return_all_beams:
-        return (ids, attention, score), states
-    return (ids[:, 0], attention[:, 0], score[:, 0]), states
+        return ids, attention, score
+    return ids[:, 0], attention[:, 0], score[:, 0]
 
 
 def _decode(
@@ -442,13 +448,7 @@ def _decode(
         return ops.reshape(x, (-1, num_beams) + tuple(ops.shape(x)[1:]))
 
     ids, attention, score = beams(ids), beams(attention), beams(score)
-    order = ops.argsort(-score, axis=1)
-    score = ops.take_along_axis(score, order, axis=1)
-    ids = ops.take_along_axis(ids, order[:, :, None], axis=1)
-    attention = ops.take_along_axis(attention, order[:, :, None, None], axis=1)
-    if return_all_beams:
-        return (ids, attention, score), states
-    return (ids[:, 0], attention[:, 0], score[:, 0]), states
+    return _ranked(ids, attention, score, return_all_beams), states
 
 
 def check_search(
