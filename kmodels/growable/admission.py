@@ -9,6 +9,7 @@ updates it a batch at a time, in time proportional to the batch.
 """
 
 import collections
+import heapq
 import itertools
 
 import numpy as np
@@ -50,6 +51,16 @@ def reserve(index, slots):
         object.__setattr__(index, "_usage", usage)
 
 
+def release(index, keys, rows):
+    """Frees `rows`, the rows of the held `keys` (in the same order): the
+    index forgets the keys and queues the rows for a reset
+    (`take_reset_rows`). The one way a key leaves the index: eviction and
+    expiry (`ttl`) both go through here. Call under the index's lock,
+    once the batch is checked."""
+    collections.deque(map(index._rows.pop, keys), maxlen=0)
+    index._resets.update(rows)
+
+
 def admit(index, keys):
     """Rows of `keys` (a flat list of checked keys) on a growing lookup of
     `index` (which tracks usage), called under its lock."""
@@ -67,6 +78,16 @@ def admit(index, keys):
         np.int64,
         len(distinct),
     )
+    expiry = index._expiry
+    expired, stale = [], ()
+    if expiry is not None:
+        # Expiry comes first: a key of the batch that expired is new.
+        now = expiry.now(index)
+        expired = expiry.due(now)
+        if expired:
+            found[np.isin(found, expired)] = -1
+        if index.min_count > 1 and candidates:
+            stale = set(expiry.due_waiting(candidates, now))
     known = np.flatnonzero(found >= 0)
     unknown = np.flatnonzero(found < 0).tolist()
     if index.min_count > 1:
@@ -74,7 +95,8 @@ def admit(index, keys):
         new, waiting = [], []
         for i in unknown:
             key = distinct[i]
-            if candidates.get(key, 0) + seen[key] >= least:
+            count = 0 if key in stale else candidates.get(key, 0)
+            if count + seen[key] >= least:
                 new.append(i)
             else:
                 waiting.append(i)
@@ -82,19 +104,24 @@ def admit(index, keys):
         new, waiting = unknown, ()
     new_keys = [distinct[i] for i in new]
     start = index.num_rows
-    grown = len(new)
+    # New keys take the rows expired keys freed (lowest first), then
+    # never-used rows, then evicted keys' rows.
+    reused = 0
+    if expiry is not None:
+        reused = min(len(new), len(expiry.free) + len(expired))
+    grown = len(new) - reused
     if index.max_capacity is not None:
         grown = min(grown, index.max_capacity - start)
-    evicted = len(new) - grown
+    evicted = len(new) - reused - grown
     if evicted:
         if policy is None:
-            refuse_full(index, new_keys[grown])
-        evictable = len(rows) - len(known)
+            refuse_full(index, new_keys[reused + grown])
+        evictable = len(rows) - len(expired) - len(known)
         if evicted > evictable:
             raise ValueError(
                 f"KeyIndex '{index.name}' is full (max_capacity="
                 f"{index.max_capacity}) and this batch has {len(new)} "
-                f"new keys to admit, but only {max(grown, 0)} unused "
+                f"new keys to admit, but only {max(reused + grown, 0)} unused "
                 f"rows and {evictable} rows of keys absent from the "
                 "batch (a key of the batch is never evicted). No key "
                 "of this batch was added. Use smaller batches or a "
@@ -106,28 +133,38 @@ def admit(index, keys):
     known, slots = known[by_serial], slots[by_serial]
     before = usage[slots, COUNT]
     after = before + occurrences[known]
-    free = list(range(start, start + grown))
     if policy is not None:
+        if expired:
+            # The policy forgets the expired rows before it chooses.
+            policy.forget(
+                expired, usage[np.array(expired) - first_row, COUNT].tolist()
+            )
         victims = policy.use(
             (slots + first_row).tolist(),
             before.tolist(),
             after.tolist(),
             evicted,
         )
-        victims, victim_keys = _checked_victims(index, victims, evicted, seen)
-        free.extend(victims)
+        victims, victim_keys = _checked_victims(
+            index, victims, evicted, seen, expired
+        )
     # Checked: only now does the index change.
     counters = index._counters
     counters[0] += 1
     tick = counters[0]
+    free = []
+    if expiry is not None:
+        _expire(index, expired, stale, now)
+        free = expiry.take_free(reused)
+    free.extend(range(start, start + grown))
     reserve(index, start + grown - first_row)
     usage = index._usage
     usage[slots, COUNT] = after
     usage[slots, TICK] = tick
     if evicted:
-        collections.deque(map(rows.pop, victim_keys), maxlen=0)
-        index._resets.update(free[grown:])
+        release(index, victim_keys, victims)
         counters[2] += evicted
+        free.extend(victims)
     rows.update(zip(new_keys, free))
     found[new] = free
     slots = found[new] - first_row
@@ -136,12 +173,23 @@ def admit(index, keys):
     usage[slots, SERIAL] = np.arange(serial, counters[1])
     usage[slots, TICK] = tick
     usage[slots, COUNT] = occurrences[new]
-    if policy is not None:
+    if policy is not None or expiry is not None:
         row_keys = index._row_keys
-        row_keys.extend(new_keys[:grown])
-        for key, row in zip(new_keys[grown:], free[grown:]):
-            row_keys[row - first_row] = key
+        if expiry is None:
+            row_keys.extend(new_keys[:grown])
+            for key, row in zip(new_keys[grown:], free[grown:]):
+                row_keys[row - first_row] = key
+        else:
+            # Freed rows, then never-used rows (appended), then victims.
+            for key, row in zip(new_keys, free):
+                if row - first_row == len(row_keys):
+                    row_keys.append(key)
+                else:
+                    row_keys[row - first_row] = key
+    if policy is not None:
         policy.admit(free, occurrences[new].tolist())
+    if expiry is not None:
+        _stamp(expiry, (found[known]).tolist(), free, now)
     if index.min_count > 1:
         for key in new_keys:
             candidates.pop(key, None)
@@ -149,8 +197,17 @@ def admit(index, keys):
             key = distinct[i]
             candidates[key] = candidates.pop(key, 0) + seen[key]
         limit = candidate_limit(index)
+        forgotten = []
         while len(candidates) > limit:
-            candidates.popitem(last=False)
+            forgotten.append(candidates.popitem(last=False)[0])
+        if expiry is not None:
+            _stamp_waiting(
+                expiry,
+                new_keys,
+                [distinct[i] for i in waiting],
+                forgotten,
+                now,
+            )
         found[waiting] = index.oov_row
     if len(distinct) == len(keys):
         return found  # no key repeats: `distinct` is `keys`
@@ -159,9 +216,48 @@ def admit(index, keys):
     return np.fromiter(map(local.__getitem__, keys), np.int64, len(keys))
 
 
-def _checked_victims(index, victims, evicted, batch):
+def _expire(index, rows, stale, now):
+    """Releases the keys of `rows` (expired) and forgets the counts of the
+    waiting keys `stale`; their rows become free."""
+    expiry, row_keys, first = index._expiry, index._row_keys, index.first_row
+    if rows:
+        keys = [row_keys[row - first] for row in rows]
+        release(index, keys, rows)
+        for row in rows:
+            row_keys[row - first] = None
+            del expiry.recency[row]
+            heapq.heappush(expiry.free, row)
+        expiry.expired += len(rows)
+    for key in stale:
+        del index._candidates[key], expiry.waiting[key]
+    if expiry.by_clock:
+        expiry.reading = now
+
+
+def _stamp(expiry, rows, new_rows, now):
+    """Stamps the batch's held `rows` (in order of admission) and the rows
+    new keys took (`new_rows`, in order of admission) with `now`, most
+    recent last."""
+    recency = expiry.recency
+    collections.deque(map(recency.move_to_end, rows), maxlen=0)
+    # Evicted keys' rows are still there, where their old keys left them.
+    for row in new_rows:
+        recency.pop(row, None)
+    recency.update(zip(rows, itertools.repeat(now)))
+    recency.update(zip(new_rows, itertools.repeat(now)))
+
+
+def _stamp_waiting(expiry, admitted, waiting, forgotten, now):
+    stamps = expiry.waiting
+    for key in itertools.chain(admitted, forgotten):
+        stamps.pop(key, None)
+    stamps.update(zip(waiting, itertools.repeat(now)))
+
+
+def _checked_victims(index, victims, evicted, batch, expired=()):
     """`(rows, keys)` the policy chose to evict, once checked: `evicted`
-    distinct held rows (Python ints), none of a key of `batch`."""
+    distinct held rows (Python ints), none of a key of `batch` nor
+    `expired`."""
     row_keys, first = index._row_keys, index.first_row
     victims = list(victims)
     if not set(map(type, victims)) <= {int} and all(
@@ -179,7 +275,9 @@ def _checked_victims(index, victims, evicted, batch):
         )
     ):
         keys = [row_keys[row - first] for row in victims]
-        if not any(key in batch for key in keys):
+        if not any(key is None or key in batch for key in keys) and not (
+            expired and set(victims) & set(expired)
+        ):
             return victims, keys
     raise ValueError(
         f"KeyIndex '{index.name}': {type(index.eviction).__name__}.use "

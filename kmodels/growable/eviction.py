@@ -27,7 +27,8 @@ class EvictionPolicy:
     batch's held rows, then the victims), then `admit` (the rows new keys
     took). Subclasses implement `use`, `admit` and `clear`; `restore`,
     `get_state` and `set_state` when the index's usage record does not
-    determine their state. Each `KeyIndex` needs its own instance.
+    determine their state; `forget` to serve an index with a time-to-live
+    (`ttl`). Each `KeyIndex` needs its own instance.
     docs/growable_embedding.md ("Eviction policies") tells the contract.
 
     Example:
@@ -96,6 +97,19 @@ class EvictionPolicy:
         raise NotImplementedError(
             f"{type(self).__name__} must implement "
             "`use(rows, previous, counts, evict)`."
+        )
+
+    def forget(self, rows, counts):
+        """Forgets `rows`, whose keys expired (`KeyIndex(ttl=...)`), before
+        the `use` of the same lookup. Needed only with a time-to-live.
+
+        Args:
+            rows: list of int, held rows, least recently used first.
+            counts: list of int, their appearances since admitted.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `forget(rows, counts)` "
+            "to serve an index with a time-to-live."
         )
 
     def restore(self, rows, serials, ticks, counts):
@@ -175,6 +189,9 @@ class LRUEviction(EvictionPolicy):
     def admit(self, rows, counts):
         self._order.update(dict.fromkeys(rows))
 
+    def forget(self, rows, counts):
+        collections.deque(map(self._order.pop, rows), maxlen=0)
+
     def use(self, rows, previous, counts, evict):
         order = self._order
         collections.deque(map(order.move_to_end, rows), maxlen=0)
@@ -212,6 +229,10 @@ class LFUEviction(EvictionPolicy):
     def admit(self, rows, counts):
         for row, count in zip(rows, counts):
             self._bucket(row, count)
+
+    def forget(self, rows, counts):
+        for row, count in zip(rows, counts):
+            self._unbucket(row, count)
 
     def use(self, rows, previous, counts, evict):
         for row, count in zip(rows, previous):

@@ -25,6 +25,9 @@ from kmodels.growable import eviction as eviction_policies
 from kmodels.growable.admission import admit
 from kmodels.growable.admission import refuse_full
 from kmodels.growable.admission import reserve
+from kmodels.growable.expiry import Expiry
+from kmodels.growable.expiry import checked_ttl
+from kmodels.growable.expiry import missing_clock
 from kmodels.growable.key_batch import checked_keys
 from kmodels.growable.key_batch import grouped_keys
 from kmodels.growable.key_index_state import load_index
@@ -75,6 +78,16 @@ class KeyIndex(keras.layers.Layer):
             a `kmodels.layers.EvictionPolicy`. Needs `max_capacity`.
         min_count: int >= 1. Appearances a key needs to get a row; above
             1 it needs an `oov_row`.
+        ttl: int >= 1 or `None`. Time-to-live in growing lookups: a key
+            absent from `ttl` growing lookups in a row expires at the
+            start of the next one; its row is freed and queued for reset,
+            as an evicted key's.
+        ttl_seconds: float > 0 or `None`. Time-to-live in seconds of
+            `clock`: a key expires at the first growing lookup more than
+            `ttl_seconds` after the last one it appeared in.
+        clock: callable returning seconds, for `ttl_seconds`; default
+            `time.time`. Not saved in the config (set `index.clock` again
+            after loading).
         **kwargs: other `keras.layers.Layer` arguments (`name`).
 
     Example:
@@ -92,6 +105,14 @@ class KeyIndex(keras.layers.Layer):
     index.lookup([30])  # array([2]): 30 takes 20's row
     index.take_reset_rows()  # array([2]): restart row 2 of the table
     index.keys()  # [10, 30]
+
+    # Keys absent from 2 growing lookups in a row expire.
+    index = kmodels.layers.KeyIndex(ttl=2)
+    index.lookup([10, 20])  # array([1, 2])
+    index.lookup([10])
+    index.lookup([10])  # 20 was absent twice: it expires at the next one
+    index.lookup([30])  # array([2]): 30 takes the row 20 freed
+    index.take_reset_rows()  # array([2])
     ```
     """
 
@@ -104,6 +125,9 @@ class KeyIndex(keras.layers.Layer):
         max_capacity=None,
         eviction=None,
         min_count=1,
+        ttl=None,
+        ttl_seconds=None,
+        clock=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -140,8 +164,25 @@ class KeyIndex(keras.layers.Layer):
                 "keys seen fewer than min_count times read it; got "
                 "oov_row=None."
             )
+        ttl, ttl_seconds, clock = checked_ttl(ttl, ttl_seconds, clock)
+        if (ttl or ttl_seconds) and policy is not None:
+            if type(policy).forget is eviction_policies.EvictionPolicy.forget:
+                raise ValueError(
+                    f"KeyIndex: with a time-to-live, the eviction policy "
+                    f"forgets the rows of expired keys, but "
+                    f"{type(policy).__name__} does not implement "
+                    "`forget(rows, counts)`. Implement it, or pass no ttl."
+                )
         if policy is not None:
             self._own(policy)
+        self.ttl = ttl
+        self.ttl_seconds = ttl_seconds
+        # The time-to-live state (`expiry.py`), or `None`.
+        object.__setattr__(
+            self,
+            "_expiry",
+            Expiry(ttl, ttl_seconds, clock) if ttl or ttl_seconds else None,
+        )
         self.key_dtype = key_dtype
         self.first_row = first_row
         self.oov_row = oov_row
@@ -194,17 +235,26 @@ class KeyIndex(keras.layers.Layer):
         object.__setattr__(self, "_counters", [0, 0, 0])
         if self.eviction is not None:
             self.eviction.clear()
+        if self._expiry is not None:
+            self._expiry.clear()
 
     @property
     def _tracks_usage(self):
-        return self.eviction is not None or self.min_count > 1
+        return (
+            self.eviction is not None
+            or self.min_count > 1
+            or self._expiry is not None
+        )
 
     def __len__(self):
         return len(self._rows)
 
     @property
     def num_rows(self):
-        """Rows in use: `first_row + number of keys`."""
+        """Rows in use: `first_row + number of keys`, plus the rows expired
+        keys freed and no key took yet (`ttl`)."""
+        if self._expiry is not None:
+            return self.first_row + len(self._rows) + len(self._expiry.free)
         return self.first_row + len(self._rows)
 
     @property
@@ -340,10 +390,58 @@ class KeyIndex(keras.layers.Layer):
 
     @_locked
     def keys(self):
-        """Keys in row order."""
-        if self.eviction is not None:
+        """Keys in row order (rows: `rows()`)."""
+        if self._expiry is not None and self._expiry.free:
+            return [key for key in self._row_keys if key is not None]
+        if self.eviction is not None or self._expiry is not None:
             return list(self._row_keys)
         return list(self._rows)
+
+    # ------------------------------------------------------------ time-to-live
+    @_locked
+    def rows(self):
+        """Rows of `keys()`, in the same order, as an int64 NumPy array:
+        `first_row, first_row + 1, ...`, except the rows expired keys
+        (`ttl`) freed and no key took yet.
+
+        Example:
+
+        ```python
+        index = kmodels.layers.KeyIndex(ttl=1)
+        index.lookup([10, 20])  # array([1, 2])
+        index.lookup([20])
+        index.lookup([20])  # 10 expires first
+        index.keys(), index.rows()  # ([20], array([2]))
+        ```
+        """
+        rows = np.arange(self.first_row, self.num_rows, dtype=np.int64)
+        if self._expiry is None or not self._expiry.free:
+            return rows
+        return rows[np.array(self._row_keys, object) != None]  # noqa: E711
+
+    @property
+    def expirations(self):
+        """Keys expired so far (`ttl`, `ttl_seconds`); 0 without."""
+        return 0 if self._expiry is None else self._expiry.expired
+
+    @property
+    def clock(self):
+        """The callable `ttl_seconds` reads (seconds), or `None`."""
+        if self._expiry is None or not self._expiry.by_clock:
+            return None
+        return self._expiry.clock
+
+    @clock.setter
+    def clock(self, clock):
+        if self._expiry is None or not self._expiry.by_clock:
+            raise ValueError(
+                f"KeyIndex '{self.name}': `clock` times `ttl_seconds`; this "
+                f"index has ttl_seconds=None."
+            )
+        checked_ttl(None, self.ttl_seconds, clock)
+        with self._index_lock:
+            self._expiry.clock = clock
+            self._expiry.default_clock = False
 
     @_locked
     def lookup_layer(self):
@@ -379,25 +477,36 @@ class KeyIndex(keras.layers.Layer):
 
     @_locked
     def load_own_variables(self, store):
-        keys, frozen, usage, policy_state = load_index(self, store)
+        keys, frozen, usage, policy_state, ttl = load_index(self, store)
         # Checked: only now does the index change.
         start = self.first_row
-        self._set_rows(dict(zip(keys, range(start, start + len(keys)))))
+        free = [] if ttl is None else ttl[0]
+        held = range(start, start + len(keys) + len(free))
+        if free:
+            held = sorted(set(held).difference(free))
+        self._set_rows(dict(zip(keys, held)))
         self.frozen = frozen
         self._clear_usage()
         if usage is None:
             return
         serials, ticks, counts, candidates, resets, counters = usage
-        reserve(self, len(keys))
-        self._usage[: len(keys)] = np.array(
+        held = list(held)
+        reserve(self, len(keys) + len(free))
+        self._usage[np.array(held, np.int64) - start] = np.array(
             [serials, ticks, counts], np.int64
         ).T.reshape(-1, 3)
         self._candidates.update(candidates)
         self._resets.update(resets)
         self._counters[:] = counters
+        if self._expiry is not None:
+            row_keys = [None] * (len(keys) + len(free))
+            for key, row in zip(keys, held):
+                row_keys[row - start] = key
+            self._row_keys.extend(row_keys)
+            self._expiry.restore(held, serials, ticks, candidates, ttl)
         if self.eviction is not None:
-            self._row_keys.extend(keys)
-            held = list(range(start, start + len(keys)))
+            if self._expiry is None:
+                self._row_keys.extend(keys)
             self.eviction.restore(held, serials, ticks, counts)
             if policy_state:
                 self.eviction.set_state(policy_state)
@@ -413,6 +522,22 @@ class KeyIndex(keras.layers.Layer):
                 "max_capacity": self.max_capacity,
                 "eviction": eviction_policies.serialize(self.eviction),
                 "min_count": self.min_count,
+                "ttl": self.ttl,
+                "ttl_seconds": self.ttl_seconds,
             }
         )
+        # A function is not saved: "custom" makes the loaded index ask for
+        # it again (`from_config`).
+        custom = self._expiry is not None and not self._expiry.default_clock
+        config["clock"] = "custom" if custom else None
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        custom = config.pop("clock", None) == "custom"
+        index = cls(**config)
+        if custom and index._expiry is not None:
+            index._expiry.clock = missing_clock(index.name)
+            index._expiry.default_clock = False
+        return index

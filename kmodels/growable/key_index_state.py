@@ -7,7 +7,12 @@ since weight stores hold numbers), `frozen`; an index that tracks usage
 `key_ticks`, `key_counts`: per key in row order), the keys waiting for
 `min_count` (`candidates`, or `candidate_bytes` and `candidate_lengths`)
 and their counts, `reset_rows` and `counters` (tick, next serial,
-evictions), then its eviction policy's own arrays as `eviction_<name>`.
+evictions), then its eviction policy's own arrays as `eviction_<name>`;
+an index with a time-to-live (`ttl`, `ttl_seconds`) then adds `ttl_free_rows`
+(rows expired keys freed, no key took yet: the keys fill the other rows in
+order), `ttl_key_seen` and `ttl_candidate_seen` (the stamp of each key and
+waiting key: the tick or clock reading of the lookup it was last seen in),
+`ttl_reading` (the largest clock reading, none or one) and `ttl_expired`.
 Loading checks everything before the index changes.
 """
 
@@ -34,7 +39,7 @@ def save_index(index, store):
     _encode_keys(index, keys, "key", entries)
     entries["frozen"] = np.array(int(index.frozen), np.int64)
     if index._tracks_usage:
-        usage = index._usage[: len(keys)]
+        usage = index._usage[index.rows() - index.first_row]
         for name, column in _USAGE_COLUMNS.items():
             entries[name] = np.ascontiguousarray(usage[:, column])
         candidates = index._candidates
@@ -49,16 +54,20 @@ def save_index(index, store):
     if index.eviction is not None:
         for name, value in index.eviction.get_state().items():
             entries[f"eviction_{name}"] = np.asarray(value)
+    if index._expiry is not None:
+        _save_ttl(index, entries)
     for name, value in entries.items():
         store[name] = value
     store["checksum"] = entry_checksums(entries, _entry_names(index))
 
 
 def load_index(index, store):
-    """`(keys, frozen, usage, policy_state)` read from `store` and checked
-    against `index`'s configuration; `usage` is `None` for an index that
-    tracks none, else `(serials, ticks, counts, candidates, resets,
-    counters)`. Raises a `ValueError` naming the entry otherwise."""
+    """`(keys, frozen, usage, policy_state, ttl)` read from `store` and
+    checked against `index`'s configuration; `usage` is `None` for an
+    index that tracks none, else `(serials, ticks, counts, candidates,
+    resets, counters)`; `ttl` is `None` without a time-to-live, else
+    `(free_rows, key_seen, candidate_seen, reading, expired)`. Raises a
+    `ValueError` naming the entry otherwise."""
     where = f"KeyIndex '{index.name}'"
     entries = checked_entries(store, _entry_names(index), where)
     frozen = entries["frozen"]
@@ -76,7 +85,10 @@ def load_index(index, store):
             "one row, so the rows after it would shift. The weights "
             "file is corrupted."
         )
-    rows_needed = index.first_row + len(keys)
+    free = []
+    if index._expiry is not None:
+        free = _saved_free_rows(index, entries, len(keys), where)
+    rows_needed = index.first_row + len(keys) + len(free)
     if index.max_capacity is not None and rows_needed > index.max_capacity:
         raise ValueError(
             f"{where}: the saved state holds {len(keys)} keys, which "
@@ -86,11 +98,14 @@ def load_index(index, store):
         )
     usage = None
     if index._tracks_usage:
-        usage = _saved_usage(index, entries, keys, where)
+        usage = _saved_usage(index, entries, keys, where, len(free))
     policy_state = {
         name: entries[f"eviction_{name}"] for name in _policy_names(index)
     }
-    return keys, bool(int(frozen)), usage, policy_state
+    ttl = None
+    if index._expiry is not None:
+        ttl = (free,) + _saved_ttl(index, entries, usage, where)
+    return keys, bool(int(frozen)), usage, policy_state, ttl
 
 
 def _key_entries(index, kind):
@@ -112,7 +127,10 @@ def _entry_names(index):
     if index._tracks_usage:
         names += _USAGE_ENTRIES + _key_entries(index, "candidate")
         names += ("candidate_counts", "reset_rows", "counters")
-    return names + tuple(f"eviction_{n}" for n in _policy_names(index))
+    names += tuple(f"eviction_{n}" for n in _policy_names(index))
+    if index._expiry is not None:
+        names += _TTL_ENTRIES
+    return names
 
 
 def _encode_keys(index, keys, kind, entries):
@@ -152,7 +170,7 @@ def _corrupted(where, name, what, got):
     )
 
 
-def _saved_usage(index, entries, keys, where):
+def _saved_usage(index, entries, keys, where, free=0):
     """The checked usage state of an index that tracks usage, as
     `(serials, ticks, counts, candidates, resets, counters)`."""
     counters = entries["counters"]
@@ -217,7 +235,7 @@ def _saved_usage(index, entries, keys, where):
             f"[{min(waiting_counts)}, {max(waiting_counts)}]",
         )
     resets = _saved_ints(entries, "reset_rows", where)
-    top = index.first_row + n
+    top = index.first_row + n + free
     if resets and (
         resets != sorted(set(resets))
         or not index.first_row <= resets[0] <= resets[-1] < top
@@ -279,3 +297,127 @@ def _saved_string_keys(index, entries, kind, where):
                 "UTF-8. The weights file is corrupted."
             ) from None
     return keys
+
+
+# ------------------------------------------------------------ time-to-live
+_TTL_ENTRIES = (
+    "ttl_free_rows",
+    "ttl_key_seen",
+    "ttl_candidate_seen",
+    "ttl_reading",
+    "ttl_expired",
+)
+
+
+def _save_ttl(index, entries):
+    expiry = index._expiry
+    rows = index.rows().tolist()
+    entries["ttl_free_rows"] = np.array(sorted(expiry.free), np.int64)
+    entries["ttl_key_seen"] = np.array(
+        [expiry.recency[row] for row in rows], np.float64
+    ).reshape(-1)
+    entries["ttl_candidate_seen"] = np.array(
+        [expiry.waiting[key] for key in index._candidates], np.float64
+    ).reshape(-1)
+    reading = [] if expiry.reading is None else [expiry.reading]
+    entries["ttl_reading"] = np.array(reading, np.float64)
+    entries["ttl_expired"] = np.array(expiry.expired, np.int64)
+
+
+def _saved_free_rows(index, entries, n, where):
+    free = _saved_ints(entries, "ttl_free_rows", where)
+    top = index.first_row + n + len(free)
+    if free and (
+        free != sorted(set(free))
+        or not index.first_row <= free[0] <= free[-1] < top
+    ):
+        _corrupted(
+            where,
+            "ttl_free_rows",
+            f"increasing rows in [{index.first_row}, {top})",
+            f"{free[:4]}...",
+        )
+    return free
+
+
+def _saved_stamps(entries, name, where, length, order, latest):
+    """Saved stamps `name`: `length` finite floats, non-decreasing in
+    `order` (least recently seen first), none past `latest`."""
+    value = entries[name]
+    if value.shape != (length,) or value.dtype != np.float64:
+        _corrupted(
+            where,
+            name,
+            f"{length} float64 stamps",
+            f"shape {value.shape}, dtype {value.dtype}",
+        )
+    ordered = value[order]
+    if length and not (
+        np.isfinite(value).all()
+        and (np.diff(ordered) >= 0).all()
+        and ordered[-1] <= latest
+    ):
+        _corrupted(
+            where,
+            name,
+            f"finite stamps, non-decreasing from least to most recently "
+            f"seen, none past {latest}",
+            "others",
+        )
+    return value.tolist()
+
+
+def _saved_ttl(index, entries, usage, where):
+    """`(key_seen, candidate_seen, reading, expired)`, checked."""
+    expiry = index._expiry
+    serials, ticks, _, candidates, _, counters = usage
+    reading = entries["ttl_reading"]
+    if (
+        reading.dtype != np.float64
+        or reading.shape not in ((0,), (1,))
+        or not np.isfinite(reading).all()
+        or (reading.size and not expiry.by_clock)
+    ):
+        _corrupted(
+            where,
+            "ttl_reading",
+            "at most one finite float64 (the clock's largest reading; "
+            "none for `ttl`)",
+            f"shape {reading.shape}, dtype {reading.dtype}",
+        )
+    reading = float(reading[0]) if reading.size else None
+    if expiry.by_clock:
+        latest = np.inf if reading is None else reading
+    else:
+        latest = counters[0]
+    order = np.lexsort((np.array(serials, np.int64), np.array(ticks, np.int64)))
+    seen = _saved_stamps(
+        entries, "ttl_key_seen", where, len(serials), order, latest
+    )
+    if serials and (
+        (not expiry.by_clock and seen != [float(t) for t in ticks])
+        or (expiry.by_clock and reading is None)
+    ):
+        _corrupted(
+            where,
+            "ttl_key_seen",
+            "the stamp of each key's last lookup",
+            "others",
+        )
+    waiting = _saved_stamps(
+        entries,
+        "ttl_candidate_seen",
+        where,
+        len(candidates),
+        np.arange(len(candidates)),
+        latest,
+    )
+    expired = entries["ttl_expired"]
+    if expired.shape != () or expired.dtype.kind not in "iu" or expired < 0:
+        _corrupted(
+            where,
+            "ttl_expired",
+            "a non-negative integer",
+            f"shape {expired.shape}, dtype {expired.dtype}",
+        )
+    return seen, waiting, reading, int(expired)

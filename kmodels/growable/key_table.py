@@ -99,8 +99,8 @@ def key_table(index):
             "reserved `oov_row` (e.g. KeyIndex(..., first_row=1, "
             "oov_row=0)) to serve it."
         )
-    keys = index.keys()
-    rows = np.arange(index.first_row, index.num_rows, dtype=np.int64)
+    with index._index_lock:
+        keys, rows = index.keys(), index.rows()
     return KeyTable(
         keys,
         rows,
