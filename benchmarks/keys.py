@@ -309,6 +309,28 @@ def stream_lfu_1m(sizes, timing):
     return _stream_throughput(sizes, timing, 1_000_000, "lfu")
 
 
+def stream_ttl(sizes, timing):
+    """The unbounded stream through an index with `ttl=50` (growing
+    lookups): in steady state each lookup expires about as many keys as
+    it admits, each one freeing a row and queueing it for reset."""
+    KeyIndex = require("kmodels.layers", "KeyIndex")
+    batches = _stream(sizes, None)
+    index = KeyIndex(ttl=50)
+
+    def run(_):
+        for batch in batches:
+            index.lookup(batch)
+
+    times, cpu_times = _timed(timing, run)
+    return dict(
+        summarize(times),
+        keys=sizes["keys"],
+        cpu_ms=summarize(cpu_times)["median_ms"],
+        flops=0,
+        expirations=index.expirations,
+    )
+
+
 # ------------------------------------------------- the lock's own cost
 # `KeyIndex` holds a lock while it looks a batch up (threads, `PyDataset`
 # workers). Its single-thread cost, on small batches where it weighs most

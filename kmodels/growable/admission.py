@@ -9,7 +9,6 @@ updates it a batch at a time, in time proportional to the batch.
 """
 
 import collections
-import heapq
 import itertools
 
 import numpy as np
@@ -85,7 +84,16 @@ def admit(index, keys):
         now = expiry.now(index)
         expired = expiry.due(now)
         if expired:
-            found[np.isin(found, expired)] = -1
+            # Held rows in (tick, serial) order are the recency order:
+            # the expired ones are those up to the last expired row.
+            held = np.flatnonzero(found >= 0)
+            usage = index._usage[found[held] - first_row]
+            last = index._usage[expired[-1] - first_row]
+            gone = (usage[:, TICK] < last[TICK]) | (
+                (usage[:, TICK] == last[TICK])
+                & (usage[:, SERIAL] <= last[SERIAL])
+            )
+            found[held[gone]] = -1
         if index.min_count > 1 and candidates:
             stale = set(expiry.due_waiting(candidates, now))
     known = np.flatnonzero(found >= 0)
@@ -174,22 +182,20 @@ def admit(index, keys):
     usage[slots, TICK] = tick
     usage[slots, COUNT] = occurrences[new]
     if policy is not None or expiry is not None:
+        # Freed rows, never-used rows (appended), evicted keys' rows.
         row_keys = index._row_keys
-        if expiry is None:
-            row_keys.extend(new_keys[:grown])
-            for key, row in zip(new_keys[grown:], free[grown:]):
-                row_keys[row - first_row] = key
-        else:
-            # Freed rows, then never-used rows (appended), then victims.
-            for key, row in zip(new_keys, free):
-                if row - first_row == len(row_keys):
-                    row_keys.append(key)
-                else:
-                    row_keys[row - first_row] = key
+        _set_row_keys(row_keys, free[:reused], new_keys[:reused], first_row)
+        row_keys.extend(new_keys[reused : reused + grown])
+        _set_row_keys(
+            row_keys,
+            free[reused + grown :],
+            new_keys[reused + grown :],
+            first_row,
+        )
     if policy is not None:
         policy.admit(free, occurrences[new].tolist())
     if expiry is not None:
-        _stamp(expiry, (found[known]).tolist(), free, now)
+        expiry.stamp(found[known].tolist(), free[reused + grown :], free, now)
     if index.min_count > 1:
         for key in new_keys:
             candidates.pop(key, None)
@@ -216,35 +222,26 @@ def admit(index, keys):
     return np.fromiter(map(local.__getitem__, keys), np.int64, len(keys))
 
 
+def _set_row_keys(row_keys, rows, keys, first_row):
+    collections.deque(
+        map(row_keys.__setitem__, [r - first_row for r in rows], keys),
+        maxlen=0,
+    )
+
+
 def _expire(index, rows, stale, now):
     """Releases the keys of `rows` (expired) and forgets the counts of the
     waiting keys `stale`; their rows become free."""
     expiry, row_keys, first = index._expiry, index._row_keys, index.first_row
     if rows:
-        keys = [row_keys[row - first] for row in rows]
-        release(index, keys, rows)
-        for row in rows:
-            row_keys[row - first] = None
-            del expiry.recency[row]
-            heapq.heappush(expiry.free, row)
-        expiry.expired += len(rows)
+        slots = [row - first for row in rows]
+        release(index, list(map(row_keys.__getitem__, slots)), rows)
+        _set_row_keys(row_keys, rows, itertools.repeat(None), first)
+        expiry.drop(rows)
     for key in stale:
         del index._candidates[key], expiry.waiting[key]
     if expiry.by_clock:
         expiry.reading = now
-
-
-def _stamp(expiry, rows, new_rows, now):
-    """Stamps the batch's held `rows` (in order of admission) and the rows
-    new keys took (`new_rows`, in order of admission) with `now`, most
-    recent last."""
-    recency = expiry.recency
-    collections.deque(map(recency.move_to_end, rows), maxlen=0)
-    # Evicted keys' rows are still there, where their old keys left them.
-    for row in new_rows:
-        recency.pop(row, None)
-    recency.update(zip(rows, itertools.repeat(now)))
-    recency.update(zip(new_rows, itertools.repeat(now)))
 
 
 def _stamp_waiting(expiry, admitted, waiting, forgotten, now):

@@ -14,7 +14,7 @@ its batch and its expiries, not to the index.
 """
 
 import collections
-import heapq
+import itertools
 import math
 import numbers
 import time
@@ -82,8 +82,12 @@ class Expiry:
         clock: the callable read once per growing lookup (`by_clock`).
         recency: `OrderedDict` row -> stamp of the held keys, least
             recently seen first (ties: admitted first).
+        stamps: `OrderedDict` stamp -> number of held keys with it, in
+            the same order: a lookup finds how many keys expire by its
+            few distinct stamps, then takes that prefix of `recency`.
         waiting: dict, the stamp of each key waiting for `min_count`.
-        free: heap of the rows expired keys freed and no key took yet.
+        free: sorted list of the rows expired keys freed and no key took
+            yet.
         reading: the largest clock reading so far, or `None`.
         expired: keys expired so far.
     """
@@ -97,6 +101,7 @@ class Expiry:
 
     def clear(self):
         self.recency = collections.OrderedDict()
+        self.stamps = collections.OrderedDict()
         self.waiting = {}
         self.free = []
         self.reading = None
@@ -129,12 +134,44 @@ class Expiry:
     def due(self, now):
         """Rows of the held keys whose age exceeds the time-to-live at
         `now`, least recently seen first."""
-        rows, ttl = [], self.ttl
-        for row, stamp in self.recency.items():
+        count, ttl = 0, self.ttl
+        for stamp, keys in self.stamps.items():
             if not now - stamp > ttl:
                 break
-            rows.append(row)
-        return rows
+            count += keys
+        return list(itertools.islice(self.recency, count))
+
+    def drop(self, rows):
+        """Forgets `rows`, the result of `due`: their rows become free."""
+        collections.deque(map(self.recency.pop, rows), maxlen=0)
+        left = len(rows)
+        while left:
+            left -= self.stamps.popitem(last=False)[1]
+        self.free.extend(rows)
+        self.free.sort()
+        self.expired += len(rows)
+
+    def stamp(self, rows, victims, new_rows, now):
+        """Stamps the batch's held `rows` (in order of admission) and the
+        rows new keys took (`new_rows`, in order of admission, `victims`
+        among them: evicted keys' rows) with `now`, most recent last."""
+        recency, stamps = self.recency, self.stamps
+        # Evicted keys' rows are still there, where their old keys left
+        # them; their stamps and those of the batch's keys move to `now`.
+        old = collections.Counter(map(recency.pop, victims))
+        old.update(map(recency.__getitem__, rows))
+        for stamp, keys in old.items():
+            left = stamps[stamp] - keys
+            if left:
+                stamps[stamp] = left
+            else:
+                del stamps[stamp]
+        collections.deque(map(recency.move_to_end, rows), maxlen=0)
+        recency.update(zip(rows, itertools.repeat(now)))
+        recency.update(zip(new_rows, itertools.repeat(now)))
+        added = len(rows) + len(new_rows)
+        if added:
+            stamps[now] = stamps.pop(now, 0) + added
 
     def due_waiting(self, candidates, now):
         """Keys waiting for `min_count` (`candidates`, least recently seen
@@ -148,7 +185,9 @@ class Expiry:
 
     def take_free(self, count):
         """Removes and returns the `count` lowest free rows."""
-        return [heapq.heappop(self.free) for _ in range(count)]
+        rows = self.free[:count]
+        del self.free[:count]
+        return rows
 
     def restore(self, rows, serials, ticks, candidates, saved):
         """Rebuilds the state of a loaded index: its held `rows` with their
@@ -164,8 +203,8 @@ class Expiry:
             (np.array(serials, np.int64), np.array(ticks, np.int64))
         ).tolist()
         self.recency.update((rows[i], seen[i]) for i in order)
+        self.stamps.update(collections.Counter(seen[i] for i in order))
         self.waiting.update(zip(candidates, waiting))
-        self.free[:] = free
-        heapq.heapify(self.free)
+        self.free[:] = sorted(free)
         self.reading = reading
         self.expired = expired
