@@ -106,8 +106,13 @@ class _Reference:
             vars(self).update(saved)
             raise
 
-    def _apply(self, keys):
-        now = self._now()
+    def expire(self):
+        """What `KeyIndex.expire()` does: the expiry of the next lookup."""
+        before = self.expirations
+        self._expire(self._now())
+        return self.expirations - before
+
+    def _expire(self, now):
         for entry in list(self.entries):
             if now - entry["stamp"] > self.ttl:
                 self.entries.remove(entry)
@@ -117,6 +122,10 @@ class _Reference:
         self.waiting = [w for w in self.waiting if not now - w[2] > self.ttl]
         if self.clock is not None:
             self.reading = now
+
+    def _apply(self, keys):
+        now = self._now()
+        self._expire(now)
         distinct = []
         for key in keys:
             if key not in distinct:
@@ -275,7 +284,7 @@ def test_ttl_matches_the_reference(
     # Skewed: a few keys come back often, most rarely (and expire).
     weights = 1.0 / np.arange(1, len(pool) + 1)
     weights /= weights.sum()
-    refusals = 0
+    refusals = expired_early = 0
     for step in range(150):
         if clock is not None:
             # Mostly forward, sometimes back (a wall clock's step).
@@ -293,6 +302,11 @@ def test_ttl_matches_the_reference(
         if step % 40 == 39:
             # Mid-stream, a saved and loaded copy carries on exactly.
             index = _copy(index, clock)
+        if step % 7 == 6:
+            # Expiring ahead of the lookup changes nothing it gives.
+            early = reference.expire()
+            assert index.expire() == early
+            expired_early += early
         try:
             expected = reference.grow(flat)
         except _Refused:
@@ -317,7 +331,7 @@ def test_ttl_matches_the_reference(
             assert taken.tolist() == reference.take_reset_rows()
     # Every path ran: expiries, rows reused, and per configuration
     # evictions, refusals, waiting keys.
-    assert reference.expirations > 15
+    assert reference.expirations > 15 and expired_early > 0
     assert reference.high - first_row < len(pool)
     if eviction is not None:
         assert reference.evictions > 0
@@ -390,6 +404,10 @@ def test_ttl_seconds_reads_the_injected_clock():
     # The default clock is the wall clock.
     assert KeyIndex(ttl_seconds=5).clock is time.time
     assert KeyIndex(ttl=5).clock is None and KeyIndex().expirations == 0
+    # `expire()` expires what the next growing lookup would, now.
+    clock.value = 40.0
+    assert index.expire() == 2 and index.keys() == []
+    assert KeyIndex().expire() == 0
 
 
 def test_ttl_min_count_waiting_keys_lose_their_counts():

@@ -222,6 +222,23 @@ def admit(index, keys):
     return np.fromiter(map(local.__getitem__, keys), np.int64, len(keys))
 
 
+def expire(index):
+    """Expires the keys of `index` (which has a time-to-live) that the next
+    growing lookup would expire first; returns how many. Call under the
+    index's lock."""
+    expiry = index._expiry
+    now = expiry.now(index)
+    expired = expiry.due(now)
+    stale = ()
+    if index.min_count > 1 and index._candidates:
+        stale = expiry.due_waiting(index._candidates, now)
+    if expired and index.eviction is not None:
+        counts = index._usage[np.array(expired) - index.first_row, COUNT]
+        index.eviction.forget(expired, counts.tolist())
+    _expire(index, expired, stale, now)
+    return len(expired)
+
+
 def _set_row_keys(row_keys, rows, keys, first_row):
     collections.deque(
         map(row_keys.__setitem__, [r - first_row for r in rows], keys),

@@ -23,6 +23,7 @@ from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
 from kmodels.growable import eviction as eviction_policies
 from kmodels.growable.admission import admit
+from kmodels.growable.admission import expire as expire_keys
 from kmodels.growable.admission import refuse_full
 from kmodels.growable.admission import reserve
 from kmodels.growable.expiry import Expiry
@@ -418,6 +419,28 @@ class KeyIndex(keras.layers.Layer):
         if self._expiry is None or not self._expiry.free:
             return rows
         return rows[np.array(self._row_keys, object) != None]  # noqa: E711
+
+    @_locked
+    def expire(self):
+        """Expires now the keys the next growing lookup would expire first
+        (`ttl`, `ttl_seconds`), e.g. before serving or exporting the
+        index; returns how many. Counts no lookup (no tick).
+
+        Example:
+
+        ```python
+        clock = lambda: now
+        index = kmodels.layers.KeyIndex(ttl_seconds=60, clock=clock)
+        now = 0.0
+        index.lookup(["a", "b"])
+        now = 61.0
+        index.expire()  # 2: both keys are more than 60 s old
+        index.keys()  # []
+        ```
+        """
+        if self._expiry is None:
+            return 0
+        return expire_keys(self)
 
     @property
     def expirations(self):
