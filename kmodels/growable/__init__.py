@@ -14,7 +14,8 @@
   an optional bound and an eviction policy; `key_batch.py` checks a batch
   of keys, `key_index_state.py` saves and loads the index's state.
 - `EvictionPolicy`, `LRUEviction`, `LFUEviction` (`eviction.py`): which
-  keys a full index evicts, one class per policy.
+  keys a full index evicts, one class per policy; `expiry.py`: which keys
+  an index with a time-to-live (`ttl`, `ttl_seconds`) expires.
 - `KeyTable` (`key_table.py`): a frozen index as a TensorFlow lookup table,
   for data pipelines and serving.
 - `EmbeddingGrowth` (`callback.py`): grows the tables of a model inside
