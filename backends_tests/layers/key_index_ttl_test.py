@@ -11,6 +11,7 @@ its rows, keys, expiries and reset rows exactly, batch after batch.
 import copy
 import math
 import re
+import threading
 import time
 
 import keras
@@ -707,3 +708,38 @@ def test_ttl_fit_restarts_expired_rows_and_survives_keras_file(tmp_path):
         atol=1e-5,
         rtol=0,
     )
+
+
+def test_ttl_lookups_from_threads_keep_a_whole_state():
+    """4 threads share an LRU-bounded index with a time-to-live: every
+    lookup gives one row per key, and the index ends whole (rows of live
+    keys and free rows partition the rows used; every key admitted is
+    live, expired or evicted), and saves and loads as it is."""
+    index = KeyIndex(max_capacity=40, eviction="lru", ttl=6)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        weights = 1.0 / np.arange(1, 121)
+        for _ in range(150):
+            keys = rng.choice(120, 8, p=weights / weights.sum())
+            rows = index.lookup(keys)
+            by_key = dict(zip(keys.tolist(), rows.tolist()))
+            if any(by_key[k] != r for k, r in zip(keys.tolist(), rows)):
+                errors.append(keys)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    rows, free = index.rows().tolist(), index._expiry.free
+    assert sorted(rows + free) == list(range(1, index.num_rows))
+    assert index.num_rows <= 40 and index.expirations > 50
+    admitted = index._counters[1]
+    assert admitted == len(index) + index.expirations + index.evictions
+    clone = _copy(index)
+    assert _state(clone) == _state(index)
+    keys = np.arange(0, 120, 12)
+    np.testing.assert_array_equal(clone.lookup(keys), index.lookup(keys))
