@@ -418,7 +418,7 @@ class KeyIndex(keras.layers.Layer):
         rows = np.arange(self.first_row, self.num_rows, dtype=np.int64)
         if self._expiry is None or not self._expiry.free:
             return rows
-        return rows[np.array(self._row_keys, object) != None]  # noqa: E711
+        return rows[[key is not None for key in self._row_keys]]
 
     @_locked
     def expire(self):
