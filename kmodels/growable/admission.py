@@ -13,6 +13,8 @@ import itertools
 
 import numpy as np
 
+from kmodels.growable.delta import record_keys
+
 # Columns of the usage record.
 SERIAL, TICK, COUNT = 0, 1, 2
 # Fewest not-yet-admitted keys whose counts a `min_count` index keeps.
@@ -125,10 +127,10 @@ def admit(index, keys):
     usage[slots, COUNT] = after
     usage[slots, TICK] = tick
     if evicted:
-        collections.deque(map(rows.pop, victim_keys), maxlen=0)
-        index._resets.update(free[grown:])
+        release(index, victim_keys, free[grown:])
         counters[2] += evicted
     rows.update(zip(new_keys, free))
+    record_keys(index, "added", new_keys, free)
     found[new] = free
     slots = found[new] - first_row
     serial = counters[1]
@@ -187,3 +189,14 @@ def _checked_victims(index, victims, evicted, batch):
         f"distinct held rows (ints in [{first}, {index.num_rows})), none "
         "of them a row of this batch. No key of this batch was added."
     )
+
+
+def release(index, keys, rows):
+    """Forgets `keys`, held at `rows`, and queues those rows for a reset
+    (`take_reset_rows`): the one path by which keys leave an index
+    (eviction), so that delta export (`kmodels.growable.delta`) sees every
+    key that leaves. Called under the index's lock; the caller counts the
+    evictions."""
+    collections.deque(map(index._rows.pop, keys), maxlen=0)
+    index._resets.update(rows)
+    record_keys(index, "released", keys, rows)

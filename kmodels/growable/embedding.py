@@ -17,11 +17,13 @@ from kmodels.contracts.checks import check_bag_weights
 from kmodels.contracts.checks import check_growable_ids
 from kmodels.contracts.checks import guarded_call
 from kmodels.growable import bags
+from kmodels.growable import delta
 from kmodels.growable import embedding_state
 from kmodels.growable import lookup
 from kmodels.growable import optimizers
 from kmodels.growable import sizing
 from kmodels.growable import slots
+from kmodels.growable import warm_start
 from kmodels.growable.initializer import MAX_SEED
 from kmodels.growable.initializer import RowInitializer
 from kmodels.growable.key_index import KeyIndex
@@ -336,6 +338,7 @@ class GrowableEmbedding(keras.layers.Layer):
             self.embeddings, rows, self._initial_rows_at(rows)
         )
         slots.reset_rows(self, rows)
+        delta.stamp_rows(self, rows)
         return rows
 
     # -------------------------------------------------------------- capacity
@@ -473,6 +476,8 @@ class GrowableEmbedding(keras.layers.Layer):
         updates = growth_backend.sparse_updates_enabled()
         if concrete:
             sizing.fit_concrete_ids(self, features, training, updates)
+            if training and updates:
+                delta.stamp_features(self, features)
         flats = [ops.cast(ops.reshape(ids, (-1,)), "int32") for ids in features]
         # Several features share one lookup, hence one sparse update with
         # the gradients of all of them summed per row.
@@ -517,12 +522,98 @@ class GrowableEmbedding(keras.layers.Layer):
             input_shape = tuple(input_shape)[:-1]
         return tuple(input_shape) + (self.output_dim,)
 
+    # ------------------------------------------- delta export and warm start
+    def mark(self):
+        """Marks the table's state now, for `delta(since=mark)`.
+
+        From the first mark on, the table records on the host which rows
+        change (the rows each step trains, restarts, warm starts), and
+        its `key_index` which keys come and go, at a cost proportional to
+        the batch. A mark holds no copy of the table. Marks do not survive
+        loading the table or its index.
+
+        Returns:
+            A `kmodels.growable.DeltaMark`.
+
+        Example:
+
+        ```python
+        mark = table.mark()
+        model.fit(x, y, callbacks=[kmodels.callbacks.EmbeddingGrowth()])
+        change = table.delta(since=mark)
+        change.keys_added, change.keys_evicted, change.rows, change.values
+        ```
+        """
+        return delta.mark(self)
+
+    def delta(self, since):
+        """What changed since `since` (a `mark()` of this table): the keys
+        added (and their rows), the keys evicted, the rows whose values
+        changed and their values now, the capacity. Keys come from the
+        `key_index`; a table without one uses its ids as keys. Its size
+        follows the rows changed, not the table. Apply it to a served
+        model with `kmodels.models.delta_inputs` and the SavedModel's
+        `apply_delta` signature (docs/growable_embedding.md, "Delta
+        export").
+
+        Args:
+            since: a `DeltaMark` from this table's `mark()`.
+
+        Returns:
+            A `kmodels.growable.TableDelta`.
+
+        Raises:
+            ValueError: a mark of another table, or taken before the table
+                or its index was loaded.
+
+        Example:
+
+        ```python
+        mark = table.mark()
+        table(np.array([[3, 4]]), training=True)  # an eager step
+        table.delta(since=mark).rows  # array([3, 4])
+        ```
+        """
+        return delta.delta(self, since)
+
+    def assign(self, keys, vectors):
+        """Warm start: writes pretrained `vectors` into the rows of `keys`.
+
+        Keys get rows through the `key_index` (a growing lookup: new keys
+        get rows; a full bounded index evicts by its policy, or, with
+        `eviction=None`, refuses the batch with a `ValueError` and nothing
+        changes); a table without one takes the keys as ids. The table
+        grows to hold the rows; their optimizer slots restart at their
+        initial values. Call it before or between training steps (never
+        inside a compiled step). The rows are then ordinary rows: trained,
+        saved and loaded, and in the next `delta`.
+
+        Args:
+            keys: 1-D list or array of distinct keys (ids without an index).
+            vectors: float array `(len(keys), output_dim)`, finite.
+
+        Returns:
+            The rows written, an int64 NumPy array in the order of `keys`.
+
+        Example:
+
+        ```python
+        table = kmodels.layers.GrowableEmbedding(
+            2, initial_capacity=4, key_index=kmodels.layers.KeyIndex("string"))
+        table.assign(["cat", "dog"], np.array([[1.0, 0.0], [0.0, 1.0]]))
+        # array([1, 2])
+        ```
+        """
+        return warm_start.assign(self, keys, vectors)
+
     # ---------------------------------------------------------------- saving
     def save_own_variables(self, store):
         embedding_state.save(self, store)
 
     def load_own_variables(self, store):
         embedding_state.load(self, store)
+        # Delta marks taken before the load no longer apply.
+        delta.forget(self)
 
     def get_config(self):
         config = super().get_config()

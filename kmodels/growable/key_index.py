@@ -25,6 +25,8 @@ from kmodels.growable import eviction as eviction_policies
 from kmodels.growable.admission import admit
 from kmodels.growable.admission import refuse_full
 from kmodels.growable.admission import reserve
+from kmodels.growable.delta import forget as forget_marks
+from kmodels.growable.delta import record_keys
 from kmodels.growable.key_batch import checked_keys
 from kmodels.growable.key_batch import grouped_keys
 from kmodels.growable.key_index_state import load_index
@@ -325,6 +327,7 @@ class KeyIndex(keras.layers.Layer):
                 if len(new) > room:
                     refuse_full(self, new[room])
             rows.update(zip(new, range(start, start + len(new))))
+            record_keys(self, "added", new, range(start, start + len(new)))
             if distinct:
                 found[missing] = np.arange(start, start + len(new))
             else:
@@ -380,7 +383,9 @@ class KeyIndex(keras.layers.Layer):
     @_locked
     def load_own_variables(self, store):
         keys, frozen, usage, policy_state = load_index(self, store)
-        # Checked: only now does the index change.
+        # Checked: only now does the index change. Delta marks taken
+        # before no longer apply.
+        forget_marks(self)
         start = self.first_row
         self._set_rows(dict(zip(keys, range(start, start + len(keys)))))
         self.frozen = frozen
