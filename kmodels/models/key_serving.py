@@ -29,14 +29,15 @@ def export_with_keys(model, path, key_indexes=None):
     Each keyed input of the model (int32/int64 rows of a table, as
     `KeyIndex.lookup` gives them) becomes an input of raw keys: a string
     or int64 tensor of the same shape, mapped to rows inside the
-    SavedModel by a static hash table holding the index's keys now, as
+    SavedModel by a hash table holding the index's keys now, as
     `KeyIndex.lookup_layer()` does (frozen semantics: unknown keys get the
-    index's `oov_row`). Other inputs are served as they are. The
-    SavedModel's `serving_default` signature takes one keyword argument
-    per input (named by the model's input dict keys, or its input names)
-    and returns the model's outputs (a single output as `"output_0"`);
-    `tf.saved_model.load(path).serve(*inputs)` takes them positionally,
-    in `keras.tree.flatten(model.input)` order. Its `apply_delta`
+    index's `oov_row`); `apply_delta` updates it. Other inputs are served
+    as they are. The SavedModel's `serving_default` signature takes one
+    keyword argument per input (named by the model's input dict keys, or
+    its input names) and returns the model's outputs (a single output as
+    `"output_0"`); `tf.saved_model.load(path).serve(*inputs)` takes them
+    positionally, in `keras.tree.flatten(model.input)` order. Its
+    `apply_delta`
     signature takes the deltas of the model's `GrowableEmbedding` tables
     (`table.delta(since=mark)`, laid out by `delta_inputs`): the served
     tables take new rows and keys without a new export.
