@@ -294,7 +294,7 @@ def test_delta_marks_do_not_survive_loading():
     with pytest.raises(ValueError, match="marks do not survive loading"):
         table.delta(since=mark)
     other = GrowableEmbedding(2, initial_capacity=4, seed=3, name="other")
-    with pytest.raises(ValueError, match="mark of table .* not of 'other'"):
+    with pytest.raises(ValueError, match="mark of table .*, not of this"):
         other.delta(since=table.mark())
     with pytest.raises(TypeError, match="expects `since=` a DeltaMark"):
         table.delta(since=3)

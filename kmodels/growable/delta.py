@@ -38,12 +38,14 @@ class DeltaMark:
     Pass it to `delta(since=mark)`. It holds no copy of the table.
     """
 
-    def __init__(self, table, clock, version, capacity, key_mark):
+    def __init__(self, table, clock, version, capacity):
         self.table = table.name
+        self._table = weakref.ref(table)
         self._clock = clock
         self.version = version
         self.capacity = capacity
-        self._key_mark = key_mark
+        # (key_index, its KeyJournal, the journal's token) at the mark.
+        self._index = (None, None, None)
 
     def __repr__(self):
         return (
@@ -240,15 +242,16 @@ def mark(table):
     if not table.built:
         table.build()
     clock = row_clock(table, create=True)
-    key_mark = None
+    journal = token = None
     index = table.key_index
     if index is not None:
         with index._index_lock:
-            key_mark = (key_journal(index, create=True),)
-            key_mark += (key_mark[0].mark(),)
-    token = DeltaMark(table, clock, clock.version, table.capacity, key_mark)
+            journal = key_journal(index, create=True)
+            token = journal.mark()
+    mark = DeltaMark(table, clock, clock.version, table.capacity)
+    mark._index = (index, journal, token)
     clock.version += 1
-    return token
+    return mark
 
 
 def delta(table, since):
@@ -260,30 +263,29 @@ def delta(table, since):
             f"{where} expects `since=` a DeltaMark from this table's "
             f"mark(); got {type(since).__name__}."
         )
-    if since.table != table.name:
+    if since._table() is not table:
         raise ValueError(
             f"{where}: `since` is a mark of table {since.table!r}, not of "
-            f"{table.name!r}."
+            "this one."
         )
-    index = table.key_index
-    stale = since._clock is not row_clock(table)
-    if index is not None:
-        journal = since._key_mark[0] if since._key_mark else None
-        stale = stale or journal is not key_journal(index)
-    if stale:
+    index, journal, token = since._index
+    if (
+        since._clock is not row_clock(table)
+        or index is not table.key_index
+        or (index is not None and journal is not key_journal(index))
+    ):
         raise ValueError(
-            f"{where}: the mark was taken before this table (or its "
-            "key_index) was loaded or restored, and marks do not survive "
-            "loading. Publish a full export, then take a new mark()."
+            f"{where}: the mark was taken before this table or its "
+            "key_index was loaded, restored or replaced, and marks do not "
+            "survive loading. Publish a full export, then take a new "
+            "mark()."
         )
     capacity = table.capacity
     rows = since._clock.since(since.version, capacity)
     evicted = []
     if index is not None:
         with index._index_lock:
-            added, key_rows, evicted = since._key_mark[0].changes(
-                since._key_mark[1], index._rows
-            )
+            added, key_rows, evicted = journal.changes(token, index._rows)
         held = key_rows[key_rows < capacity]
         rows = np.union1d(rows, held).astype(np.int64)
     else:

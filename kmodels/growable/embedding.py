@@ -523,6 +523,9 @@ class GrowableEmbedding(keras.layers.Layer):
         return tuple(input_shape) + (self.output_dim,)
 
     # ------------------------------------------- delta export and warm start
+    # The rows changed since the first mark (`kmodels.growable.delta`).
+    _row_clock = None
+
     def mark(self):
         """Marks the table's state now, for `delta(since=mark)`.
 

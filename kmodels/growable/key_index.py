@@ -159,6 +159,10 @@ class KeyIndex(keras.layers.Layer):
         self._clear_usage()
         self.built = True
 
+    # Keys added and released while a delta mark is alive
+    # (`kmodels.growable.delta`).
+    _journal = None
+
     def _own(self, policy):
         """Makes `policy` this index's: a policy records one index's rows."""
         owner = getattr(policy, "_key_index", None)
