@@ -161,11 +161,13 @@ def _mutable_table(index):
     table = tf.lookup.experimental.MutableHashTable(
         dtype, tf.int64, default_value=np.int64(index.oov_row)
     )
-    keys = index.keys()
+    # The key -> row map itself: right whatever rows the keys hold.
+    with index._index_lock:
+        keys, rows = list(index._rows), list(index._rows.values())
     if keys:
         table.insert(
             tf.constant(keys, dtype, shape=[len(keys)]),
-            tf.range(index.first_row, index.num_rows, dtype=tf.int64),
+            tf.constant(rows, tf.int64, shape=[len(rows)]),
         )
     return table
 

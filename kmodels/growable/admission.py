@@ -52,6 +52,18 @@ def reserve(index, slots):
         object.__setattr__(index, "_usage", usage)
 
 
+def release(index, keys, rows):
+    """Frees `rows`, the rows of the held `keys` (in the same order): the
+    index forgets the keys and queues the rows for a reset
+    (`take_reset_rows`). The one way a key leaves the index: eviction
+    (and any other way a key may leave) goes through here. Call under the
+    index's lock, once the batch is checked."""
+    collections.deque(map(index._rows.pop, keys), maxlen=0)
+    index._resets.update(rows)
+    # Delta export (`kmodels.growable.delta`) sees every key that leaves.
+    record_keys(index, "released", keys, rows)
+
+
 def admit(index, keys):
     """Rows of `keys` (a flat list of checked keys) on a growing lookup of
     `index` (which tracks usage), called under its lock."""
@@ -189,14 +201,3 @@ def _checked_victims(index, victims, evicted, batch):
         f"distinct held rows (ints in [{first}, {index.num_rows})), none "
         "of them a row of this batch. No key of this batch was added."
     )
-
-
-def release(index, keys, rows):
-    """Forgets `keys`, held at `rows`, and queues those rows for a reset
-    (`take_reset_rows`): the one path by which keys leave an index
-    (eviction), so that delta export (`kmodels.growable.delta`) sees every
-    key that leaves. Called under the index's lock; the caller counts the
-    evictions."""
-    collections.deque(map(index._rows.pop, keys), maxlen=0)
-    index._resets.update(rows)
-    record_keys(index, "released", keys, rows)
