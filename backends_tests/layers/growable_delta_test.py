@@ -300,6 +300,36 @@ def test_delta_marks_do_not_survive_loading():
         table.delta(since=3)
 
 
+def test_delta_key_journal_lives_with_the_marks_and_not_past_a_load():
+    index = KeyIndex("int64", max_capacity=3, eviction="lru")
+    table = GrowableEmbedding(2, initial_capacity=3, key_index=index, seed=3)
+    index.lookup([1, 2])
+    first = table.mark()
+    index.lookup([3])  # evicts 1
+    second = table.mark()
+    index.lookup([1])  # evicts 2
+    change = table.delta(since=first)
+    # By hand: 3 took 1's row 1, then 1 came back on 2's row 2. Key 1
+    # was held at the mark, but on another row: it is added, not evicted.
+    added = dict(zip(change.keys_added, change.key_rows.tolist()))
+    assert added == {3: 1, 1: 2} and change.keys_evicted == [2]
+    journal = index._journal
+    assert len(journal.events) == 4  # two lookups: released, added each
+    del first, change
+    table.mark()  # trims the events older than the oldest live mark
+    assert len(journal.events) == 2
+    del second
+    index.lookup([4])
+    assert journal.events == []  # no live mark: nothing kept
+    # Loading the index's state starts a new journal: old marks refused.
+    mark = table.mark()
+    store = {}
+    index.save_own_variables(store)
+    index.load_own_variables(store)
+    with pytest.raises(ValueError, match="marks do not survive loading"):
+        table.delta(since=mark)
+
+
 def test_delta_of_a_table_without_index_uses_ids_as_keys():
     table = GrowableEmbedding(
         2, initial_capacity=4, optimizer=("sgd", {"learning_rate": 0.5}), seed=3
