@@ -167,8 +167,16 @@ def test_warm_start_rows_survive_save_load_and_join_the_next_delta(tmp_path):
     np.testing.assert_array_equal(
         _slots(loaded)["velocity"][rows], np.zeros((2, 3))
     )
-    # Without an index: the keys are the rows, the table grows to them.
-    plain = _table(None)
+    # Without an index: the keys are the rows, the table grows to them;
+    # Adagrad's accumulator restarts at its initial value.
+    plain = _table(
+        None, optimizer=("adagrad", {"initial_accumulator_value": 0.25})
+    )
+    plain_model, _ = row_sum_model(plain)
+    _fit(plain_model, np.array([1, 0]), [1.0, 1.0])
     np.testing.assert_array_equal(plain.assign([6, 0], vectors), [6, 0])
     assert plain.capacity == 8
     np.testing.assert_array_equal(_numpy(plain.embeddings)[[6, 0]], vectors)
+    accumulator = _slots(plain)["accumulator"]
+    np.testing.assert_array_equal(accumulator[[6, 0]], np.full((2, 3), 0.25))
+    assert accumulator[1].min() > 0.25  # trained, not assigned
