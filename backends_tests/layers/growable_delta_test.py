@@ -300,6 +300,51 @@ def test_delta_marks_do_not_survive_loading():
         table.delta(since=3)
 
 
+def test_delta_inputs_lays_out_the_signature_and_refuses_bad_deltas():
+    model = _two_towers()
+    users, items = model.get_layer("users"), model.get_layer("items")
+    users.build()
+    items.build()
+    mark = users.mark()
+    users.key_index.lookup(["x", "y"])
+    users.key_index.lookup(["x"])
+    change = users.delta(since=mark)
+    arguments = delta_inputs(model, [change])
+    assert sorted(arguments) == sorted(
+        f"{t}_{name}"
+        for t in ("users", "items")
+        for name in (
+            "rows",
+            "values",
+            "capacity",
+            "keys",
+            "key_rows",
+            "evicted",
+        )
+    )
+    # "x" and "y" on rows 1 and 2, untrained: in as the rows of keys added.
+    np.testing.assert_array_equal(arguments["users_rows"], [1, 2])
+    assert arguments["users_keys"].tolist() == [b"x", b"y"]
+    assert arguments["users_values"].shape == (2, 4)
+    assert int(arguments["users_capacity"]) == 4
+    # A table without a delta: empty arrays, its capacity.
+    assert arguments["items_rows"].shape == (0,)
+    assert arguments["items_values"].shape == (0, 4)
+    assert arguments["items_keys"].dtype == np.int64
+    assert int(arguments["items_capacity"]) == 4
+    change.values = change.values[:, :3]
+    with pytest.raises(ValueError, match=r"values of shape \(2, 3\)"):
+        delta_inputs(model, [change])
+    with pytest.raises(ValueError, match="two deltas of table 'items'"):
+        delta_inputs(model, [items.delta(items.mark())] * 2)
+    other = GrowableEmbedding(2, name="elsewhere")
+    other.build()
+    with pytest.raises(ValueError, match="a delta of table 'elsewhere'"):
+        delta_inputs(model, [other.delta(other.mark())])
+    with pytest.raises(TypeError, match="expects TableDelta objects"):
+        delta_inputs(model, [mark])
+
+
 def test_delta_key_journal_lives_with_the_marks_and_not_past_a_load():
     index = KeyIndex("int64", max_capacity=3, eviction="lru")
     table = GrowableEmbedding(2, initial_capacity=3, key_index=index, seed=3)
