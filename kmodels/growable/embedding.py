@@ -527,16 +527,22 @@ class GrowableEmbedding(keras.layers.Layer):
     _row_clock = None
 
     def mark(self):
-        """Marks the table's state now, for `delta(since=mark)`.
+        """Marks the table's state now, for `delta(since=mark)`: returns a
+        `kmodels.growable.DeltaMark` (no copy of the table). From the first
+        mark on, the rows each step changes and the keys the `key_index`
+        adds or evicts are recorded on the host, in time proportional to
+        the batch. Marks do not survive loading the table or its index.
+        docs/growable_embedding.md ("Delta export") tells more.
+        """
+        return delta.mark(self)
 
-        From the first mark on, the table records on the host which rows
-        change (the rows each step trains, restarts, warm starts), and
-        its `key_index` which keys come and go, at a cost proportional to
-        the batch. A mark holds no copy of the table. Marks do not survive
-        loading the table or its index.
-
-        Returns:
-            A `kmodels.growable.DeltaMark`.
+    def delta(self, since):
+        """What changed since `since` (a `mark()` of this table), as a
+        `kmodels.growable.TableDelta`: the keys added (and their rows), the
+        keys evicted, the rows whose values changed and their values now,
+        the capacity; its size follows the rows changed. Without a
+        `key_index` the ids are the keys. `kmodels.models.delta_inputs`
+        lays it out for a served model's `apply_delta` signature.
 
         Example:
 
@@ -547,64 +553,26 @@ class GrowableEmbedding(keras.layers.Layer):
         change.keys_added, change.keys_evicted, change.rows, change.values
         ```
         """
-        return delta.mark(self)
-
-    def delta(self, since):
-        """What changed since `since` (a `mark()` of this table): the keys
-        added (and their rows), the keys evicted, the rows whose values
-        changed and their values now, the capacity. Keys come from the
-        `key_index`; a table without one uses its ids as keys. Its size
-        follows the rows changed, not the table. Apply it to a served
-        model with `kmodels.models.delta_inputs` and the SavedModel's
-        `apply_delta` signature (docs/growable_embedding.md, "Delta
-        export").
-
-        Args:
-            since: a `DeltaMark` from this table's `mark()`.
-
-        Returns:
-            A `kmodels.growable.TableDelta`.
-
-        Raises:
-            ValueError: a mark of another table, or taken before the table
-                or its index was loaded.
-
-        Example:
-
-        ```python
-        mark = table.mark()
-        table(np.array([[3, 4]]), training=True)  # an eager step
-        table.delta(since=mark).rows  # array([3, 4])
-        ```
-        """
         return delta.delta(self, since)
 
     def assign(self, keys, vectors):
-        """Warm start: writes pretrained `vectors` into the rows of `keys`.
+        """Warm start: writes pretrained `vectors` (float, `(len(keys),
+        output_dim)`) into the rows of the distinct `keys` (1-D), outside
+        compiled steps; returns the rows (int64, in the order of `keys`).
 
-        Keys get rows through the `key_index` (a growing lookup: new keys
-        get rows; a full bounded index evicts by its policy, or, with
-        `eviction=None`, refuses the batch with a `ValueError` and nothing
-        changes); a table without one takes the keys as ids. The table
-        grows to hold the rows; their optimizer slots restart at their
-        initial values. Call it before or between training steps (never
-        inside a compiled step). The rows are then ordinary rows: trained,
-        saved and loaded, and in the next `delta`.
-
-        Args:
-            keys: 1-D list or array of distinct keys (ids without an index).
-            vectors: float array `(len(keys), output_dim)`, finite.
-
-        Returns:
-            The rows written, an int64 NumPy array in the order of `keys`.
+        Keys get rows through the `key_index` (a growing lookup: a full
+        bounded index evicts by its policy, or refuses the batch with a
+        `ValueError` when `eviction=None`); without one they are ids. The
+        table grows to hold them; their optimizer slots restart at their
+        initial values. The rows are then ordinary rows (trained, saved,
+        in the next `delta`).
 
         Example:
 
         ```python
         table = kmodels.layers.GrowableEmbedding(
             2, initial_capacity=4, key_index=kmodels.layers.KeyIndex("string"))
-        table.assign(["cat", "dog"], np.array([[1.0, 0.0], [0.0, 1.0]]))
-        # array([1, 2])
+        table.assign(["cat", "dog"], np.eye(2))  # array([1, 2])
         ```
         """
         return warm_start.assign(self, keys, vectors)
