@@ -87,6 +87,8 @@ FULL_SIZES = {
     # Issue 15: the rows a full LRU index evicted in one step, restarted.
     "eviction_1k": {"batch": 64, "ids": 8, "dim": 32, "rows": 1_000},
     "eviction_1m": {"batch": 64, "ids": 8, "dim": 32, "rows": 1_000_000},
+    "delta_100k": {"dim": 32, "rows": 100_000},
+    "delta_1m": {"dim": 32, "rows": 1_000_000},
     # Issue 14: the dates demo's own settings (examples/seq2seq_dates.py).
     "dates": {"settings": "full"},
     # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
@@ -146,6 +148,8 @@ QUICK_SIZES = {
     "keys": {"keys": 20_000, "distinct": 2_000},
     "eviction_1k": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
     "eviction_1m": {"batch": 8, "ids": 4, "dim": 4, "rows": 1000},
+    "delta_100k": {"dim": 4, "rows": 1000},
+    "delta_1m": {"dim": 4, "rows": 10_000},
     "dates": {"settings": "quick"},
     "gradient_flow": {
         "batch": 2,
@@ -170,6 +174,7 @@ _KEYS = ("jax",)
 KEYS_WORKLOAD = "KeyIndex lookup (1M keys, 100k distinct, half new)"
 STREAM_WORKLOAD = "KeyIndex lookup, 512-key batches (bounded: full, evicting)"
 EVICTION_WORKLOAD = "Eviction reset (rows evicted in one step)"
+DELTA_WORKLOAD = "Delta export (delta() of 10% of rows; bytes in the record)"
 DATES_WORKLOAD = "Dates demo: held-out exact match (opt-in)"
 
 CASES = (
@@ -291,6 +296,12 @@ CASES = (
     Case("eviction_reset_1m", EVICTION_WORKLOAD,
          "kmodels reset_rows, 1M-row table", _K,
          "benchmarks.growable:eviction_reset", "eviction_1m"),
+    Case("delta_export_100k", DELTA_WORKLOAD,
+         "kmodels GrowableEmbedding.delta, 100k-row table", _KEYS,
+         "benchmarks.delta:delta_export", "delta_100k"),
+    Case("delta_export_1m", DELTA_WORKLOAD,
+         "kmodels GrowableEmbedding.delta, 1M-row table", _KEYS,
+         "benchmarks.delta:delta_export", "delta_1m"),
     Case("gradient_flow_check", "GradientFlowCheck overhead (issue 32)",
          "fit with GradientFlowCheck(every_n_steps=100) (alternated)", _K,
          "benchmarks.gradient_flow:monitor_overhead", "gradient_flow"),

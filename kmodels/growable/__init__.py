@@ -20,6 +20,9 @@
   for data pipelines and serving.
 - `EmbeddingGrowth` (`callback.py`): grows the tables of a model inside
   `model.fit`, before each compiled step.
+- `DeltaMark`, `TableDelta` (`delta.py`): `GrowableEmbedding.mark()` and
+  `delta(since=mark)`, what changed since a mark; `warm_start.py`:
+  `GrowableEmbedding.assign(keys, vectors)`, pretrained rows.
 - `saved_state.py`: the checksums of the state the layers write to Keras
   weight stores.
 
@@ -28,6 +31,8 @@ backward pass) sits behind `kmodels.backend.growth`.
 """
 
 from kmodels.growable.callback import EmbeddingGrowth
+from kmodels.growable.delta import DeltaMark
+from kmodels.growable.delta import TableDelta
 from kmodels.growable.embedding import GrowableEmbedding
 from kmodels.growable.eviction import EvictionPolicy
 from kmodels.growable.eviction import LFUEviction
@@ -40,6 +45,7 @@ from kmodels.growable.optimizers import SparseOptimizer
 from kmodels.growable.optimizers import SparseSGD
 
 __all__ = [
+    "DeltaMark",
     "EmbeddingGrowth",
     "EvictionPolicy",
     "GrowableEmbedding",
@@ -51,4 +57,5 @@ __all__ = [
     "SparseAdam",
     "SparseOptimizer",
     "SparseSGD",
+    "TableDelta",
 ]

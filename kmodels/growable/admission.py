@@ -13,6 +13,8 @@ import itertools
 
 import numpy as np
 
+from kmodels.growable.delta import record_keys
+
 # Columns of the usage record.
 SERIAL, TICK, COUNT = 0, 1, 2
 # Fewest not-yet-admitted keys whose counts a `min_count` index keeps.
@@ -58,6 +60,8 @@ def release(index, keys, rows):
     once the batch is checked."""
     collections.deque(map(index._rows.pop, keys), maxlen=0)
     index._resets.update(rows)
+    # Delta export (`kmodels.growable.delta`) sees every key that leaves.
+    record_keys(index, "released", keys, rows)
 
 
 def admit(index, keys):
@@ -174,6 +178,7 @@ def admit(index, keys):
         counters[2] += evicted
         free.extend(victims)
     rows.update(zip(new_keys, free))
+    record_keys(index, "added", new_keys, free)
     found[new] = free
     slots = found[new] - first_row
     serial = counters[1]

@@ -26,6 +26,8 @@ from kmodels.growable.admission import admit
 from kmodels.growable.admission import expire as expire_keys
 from kmodels.growable.admission import refuse_full
 from kmodels.growable.admission import reserve
+from kmodels.growable.delta import forget as forget_marks
+from kmodels.growable.delta import record_keys
 from kmodels.growable.expiry import Expiry
 from kmodels.growable.expiry import checked_ttl
 from kmodels.growable.expiry import missing_clock
@@ -198,6 +200,10 @@ class KeyIndex(keras.layers.Layer):
         self._set_rows({})
         self._clear_usage()
         self.built = True
+
+    # Keys added and released while a delta mark is alive
+    # (`kmodels.growable.delta`).
+    _journal = None
 
     def _own(self, policy):
         """Makes `policy` this index's: a policy records one index's rows."""
@@ -376,6 +382,7 @@ class KeyIndex(keras.layers.Layer):
                 if len(new) > room:
                     refuse_full(self, new[room])
             rows.update(zip(new, range(start, start + len(new))))
+            record_keys(self, "added", new, range(start, start + len(new)))
             if distinct:
                 found[missing] = np.arange(start, start + len(new))
             else:
@@ -501,7 +508,9 @@ class KeyIndex(keras.layers.Layer):
     @_locked
     def load_own_variables(self, store):
         keys, frozen, usage, policy_state, ttl = load_index(self, store)
-        # Checked: only now does the index change.
+        # Checked: only now does the index change. Delta marks taken
+        # before no longer apply.
+        forget_marks(self)
         start = self.first_row
         free = [] if ttl is None else ttl[0]
         held = range(start, start + len(keys) + len(free))
