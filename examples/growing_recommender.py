@@ -44,28 +44,69 @@ from kmodels.layers import KeyIndex
 
 BATCH = 128
 LEARNING_RATE = 3.0
+# Exponent `s` of the zipf stream's activity: the user (item) of rank `r`
+# is drawn with weight `r**-s`.
+ZIPF_EXPONENT = 1.0
 
 
-def make_stream(rng, users, items, chunks, per_chunk, clusters=8):
+def make_stream(
+    rng, users, items, chunks, per_chunk, clusters=8, exponent=None
+):
     """Chunks of (user key, item key) interactions: every user and item has
     a taste cluster; users pick items of their cluster. New users and items
-    appear chunk after chunk."""
+    appear chunk after chunk.
+
+    `exponent=None`: every known user and every known item of a cluster is
+    equally likely (the uniform stream). A number `s`: Zipf-like activity,
+    drawn after the uniform stream's keys and clusters (so both share them):
+    every user gets a rank `r` (a random permutation of `1..users`) and
+    weight `r**-s`, and so does every item (`1..items`); an event picks a
+    known user with probability proportional to its weight, then a known
+    item of the user's cluster likewise. Once all users are known, the
+    user of rank `r` carries `r**-s / H(users, s)` of the events
+    (`H(n, s) = sum(k**-s for k in 1..n)`)."""
     user_cluster = rng.integers(0, clusters, users)
     item_cluster = rng.integers(0, clusters, items)
     user_keys = 10**12 + rng.permutation(10**6)[:users]
     item_keys = 7 * 10**12 + rng.permutation(10**6)[:items]
+    if exponent is not None:
+        user_weight = (rng.permutation(users) + 1.0) ** -exponent
+        item_weight = (rng.permutation(items) + 1.0) ** -exponent
     stream = []
     for c in range(chunks):
         # Population known by chunk c grows linearly.
         n_users = max(clusters, users * (c + 1) // chunks)
         n_items = max(clusters * 4, items * (c + 1) // chunks)
-        u = rng.integers(0, n_users, per_chunk)
         pool = [
             np.flatnonzero(item_cluster[:n_items] == k) for k in range(clusters)
         ]
-        i = np.array([rng.choice(pool[user_cluster[x]]) for x in u])
+        if exponent is None:
+            u = rng.integers(0, n_users, per_chunk)
+            i = np.array([rng.choice(pool[user_cluster[x]]) for x in u])
+        else:
+            u, i = _zipf_chunk(
+                rng,
+                per_chunk,
+                user_weight[:n_users],
+                item_weight,
+                user_cluster,
+                pool,
+            )
         stream.append((user_keys[u], item_keys[i]))
     return stream
+
+
+def _zipf_chunk(rng, size, user_weight, item_weight, user_cluster, pool):
+    """`size` (user, item) positions: users drawn with probability
+    proportional to `user_weight`, each user's item from its cluster's
+    `pool` with probability proportional to `item_weight`."""
+    u = rng.choice(len(user_weight), size, p=user_weight / user_weight.sum())
+    i = np.zeros(size, "int64")
+    for k, members in enumerate(pool):
+        events = np.flatnonzero(user_cluster[u] == k)
+        weight = item_weight[members]
+        i[events] = rng.choice(members, len(events), p=weight / weight.sum())
+    return u, i
 
 
 def histories(users, items, recent, length):
@@ -111,10 +152,19 @@ def _compile(model, steps):
     return model
 
 
-def growing_model(embedding_dim, history_length, steps, user_rows, seed=0):
-    """User table (at most `user_rows` rows, least recently used users
-    evicted) and one item table shared by the history bag and the
-    candidate, both growing, both following the model's Adagrad."""
+def growing_model(
+    embedding_dim,
+    history_length,
+    steps,
+    user_rows,
+    seed=0,
+    eviction="lru",
+    min_count=1,
+):
+    """User table (at most `user_rows` rows, the users the `eviction`
+    policy picks evicted, a user admitted at its `min_count`-th appearance)
+    and one item table shared by the history bag and the candidate, both
+    growing, both following the model's Adagrad."""
     init = keras.initializers.RandomNormal(0.0, 0.1)
     users = GrowableEmbedding(
         embedding_dim,
@@ -122,7 +172,12 @@ def growing_model(embedding_dim, history_length, steps, user_rows, seed=0):
         optimizer=None,
         embeddings_initializer=init,
         seed=2 * seed,
-        key_index=KeyIndex("int64", max_capacity=user_rows, eviction="lru"),
+        key_index=KeyIndex(
+            "int64",
+            max_capacity=user_rows,
+            eviction=eviction,
+            min_count=min_count,
+        ),
         name="users",
     )
     items = GrowableEmbedding(
@@ -226,21 +281,61 @@ def _rows(index, batches):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--stream",
+        choices=("zipf", "uniform"),
+        default="zipf",
+        help="zipf: Zipf-like activity of users and items (--exponent); "
+        "uniform: every user and item equally active (the stream of the "
+        "figures before the Zipf stream)",
+    )
+    parser.add_argument(
+        "--exponent",
+        type=float,
+        default=ZIPF_EXPONENT,
+        help=f"Zipf exponent of the zipf stream (default {ZIPF_EXPONENT})",
+    )
+    parser.add_argument(
+        "--user-rows",
+        type=int,
+        default=None,
+        help="rows of the bounded user table (row 0 reserved); default: "
+        "half the distinct users of the zipf stream, 160 (--quick) or "
+        "1600 for the uniform one",
+    )
+    parser.add_argument("--eviction", choices=("lru", "lfu"), default="lru")
+    parser.add_argument("--min-count", type=int, default=1)
     args = parser.parse_args(argv)
     users, items, chunks, per_chunk, epochs, user_rows = (
         (300, 120, 4, 1000, 2, 160)
         if args.quick
         else (3000, 800, 8, 12000, 4, 1600)
     )
+    exponent = args.exponent if args.stream == "zipf" else None
     dim, length = 16, 8
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     start = time.perf_counter()
-    stream = make_stream(rng, users, items, chunks, per_chunk)
+    stream = make_stream(
+        rng, users, items, chunks, per_chunk, exponent=exponent
+    )
+    distinct = len(np.unique(np.concatenate([u for u, _ in stream])))
+    if args.user_rows is not None:
+        user_rows = args.user_rows
+    elif exponent is not None:
+        # Half as many rows as users, the reserved row 0 included.
+        user_rows = distinct // 2
     # Steps of the whole run (whole batches of positives and negatives): the
     # schedule decays over it.
     steps = chunks * epochs * int(0.9 * per_chunk) // 64
-    model = growing_model(dim, length, steps, user_rows)
+    model = growing_model(
+        dim,
+        length,
+        steps,
+        user_rows,
+        eviction=args.eviction,
+        min_count=args.min_count,
+    )
     user_index = model.get_layer("users").key_index
     item_index = model.get_layer("items").key_index
     # The baseline's user rows: every user keeps one.
@@ -304,17 +399,32 @@ def main(argv=None):
         baseline, (everyone, bags, held_items), num_items
     )
     chance = 10 / len(item_index)
+    ratio = hit / baseline_hit
+    policy = args.eviction.upper() + (
+        f", min_count {args.min_count}" if args.min_count > 1 else ""
+    )
     print(f"backend {keras.backend.backend()}")
+    print(
+        f"stream {args.stream}"
+        + (f" (Zipf exponent {exponent:g})" if exponent is not None else "")
+        + f": {distinct} distinct users, {len(item_index)} items"
+    )
     print(
         f"held-out hit rate@10 over {len(keys)} interactions: "
         f"growable {hit:.3f}, pre-sized Embedding {baseline_hit:.3f}, "
         f"chance {chance:.3f}"
     )
     print(
-        f"bounded users: {len(all_users)} users in {user_rows} rows (LRU), "
+        f"bounded users: {len(all_users)} users in {user_rows} rows "
+        f"({policy}), "
         f"{user_index.evictions} evictions, {growth.evicted_resets} rows "
         f"restarted, {np.mean(kept):.3f} of held-out users still held "
         f"(their hit rate@10 {held_hit:.3f})"
+    )
+    print(
+        f"bounded / pre-sized hit rate@10: {ratio:.3f} ({hit:.3f} / "
+        f"{baseline_hit:.3f}; {user_rows} rows for {distinct} users, "
+        f"{args.stream} stream)"
     )
     print(
         f"growth log ({growth.growths} growths, {growth.recompilations} "
@@ -327,8 +437,12 @@ def main(argv=None):
         )
     print(f"time {time.perf_counter() - start:.1f} s")
     return {
+        "stream": args.stream,
+        "exponent": exponent,
+        "distinct_users": distinct,
         "hit_rate": hit,
         "baseline_hit_rate": baseline_hit,
+        "ratio": ratio,
         "chance": chance,
         "held_out": len(keys),
         "num_items": len(item_index),
