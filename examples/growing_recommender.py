@@ -1,6 +1,6 @@
 """Recommender over a stream where new users and items keep arriving.
 
-    python -m examples.growing_recommender [--quick]
+    python -m examples.growing_recommender [--quick] [--stream zipf|uniform]
 
 Users and items carry raw int64 keys (like 10**12 + n); `KeyIndex` maps them
 to rows as they arrive (a vectorised lookup), and `model.fit` trains chunk
@@ -30,6 +30,17 @@ The user keys are looked up batch by batch, inside the generator `fit`
 reads, so that every eviction falls between two train steps. Held-out
 users that were evicted (or never trained) read the reserved row 0. The
 pre-sized baseline keeps every user.
+
+The stream (`--stream`): `zipf` (the default) gives users and items
+Zipf-like activity, the user or item of rank r drawn with weight
+r**-`ZIPF_EXPONENT` (1.0; `--exponent`), and the bounded user table half
+as many rows as the stream has distinct users; `uniform` makes every
+known user and item equally likely, the stream of the figures before the
+zipf one (the same stream, bit for bit, with 160 or 1600 user rows). The
+demo prints the bounded / pre-sized hit-rate ratio and where the gap is:
+both models on the held-out users the bounded table still holds, and on
+the evicted ones. `--eviction lfu` and `--min-count n` try the other
+policies of `KeyIndex`.
 """
 
 import argparse
@@ -248,6 +259,14 @@ def hit_rate_at_10(model, held_out, num_items):
     return float(np.mean((scores >= own).sum(1) - 1 < 10))
 
 
+def _hit_or_nan(model, held_out, rows, num_items):
+    """`hit_rate_at_10` on the `rows` (a mask) of `held_out`; NaN if
+    none."""
+    if not rows.any():
+        return float("nan")
+    return hit_rate_at_10(model, [part[rows] for part in held_out], num_items)
+
+
 def _batches(rng, users, bags, items, negatives, epochs):
     """`epochs` shuffles of the interactions in batches of `BATCH` rows:
     each interaction with its positive item (label 1) and its negative
@@ -342,7 +361,7 @@ def main(argv=None):
     all_users = KeyIndex("int64")
     growth = EmbeddingGrowth()
     recent = {}
-    batches, held_out = [], []
+    batches, held_out, trained = [], [], []
     for chunk, (user_keys, item_keys) in enumerate(stream):
         i = item_index.lookup(item_keys).astype("int32")
         # Hold out 10% of the chunk for ranking; its items do not enter the
@@ -364,6 +383,7 @@ def main(argv=None):
         negatives = rng.integers(1, item_index.num_rows, len(u)).astype("int32")
         chunk_batches = _batches(rng, u, h, i, negatives, epochs)
         all_users.lookup(u)
+        trained.append(u)
         batches.extend(chunk_batches)
         history = model.fit(
             _rows(user_index, chunk_batches),
@@ -398,6 +418,23 @@ def main(argv=None):
     baseline_hit = hit_rate_at_10(
         baseline, (everyone, bags, held_items), num_items
     )
+    # Where the gap is: both models on the held-out users the bounded
+    # table still holds, and on the others (row 0, the history alone).
+    split = {}
+    for part, rows in (("held", kept), ("evicted", ~kept)):
+        split[part] = (
+            float(np.mean(rows)),
+            _hit_or_nan(model, (held, bags, held_items), rows, num_items),
+            _hit_or_nan(
+                baseline, (everyone, bags, held_items), rows, num_items
+            ),
+        )
+    # The share of the training interactions that the `user_rows - 1`
+    # most active users carry: what a table of `user_rows` rows (row 0
+    # reserved) could hold at best, knowing every user's activity.
+    all_keys = np.concatenate(trained)
+    activity = np.sort(np.unique(all_keys, return_counts=True)[1])[::-1]
+    top_share = float(activity[: user_rows - 1].sum() / activity.sum())
     chance = 10 / len(item_index)
     ratio = hit / baseline_hit
     policy = args.eviction.upper() + (
@@ -435,6 +472,16 @@ def main(argv=None):
             f"  fit step {entry['step']}: {entry['layer']} {entry['from']} -> "
             f"{entry['to']} (max id {entry['max_id']})"
         )
+    print(
+        "where the gap is (share of held-out interactions: bounded / "
+        "pre-sized hit rate@10): "
+        + ", ".join(
+            f"{part} users {share:.3f}: {ours:.3f} / {theirs:.3f}"
+            for part, (share, ours, theirs) in split.items()
+        )
+        + f"; the {user_rows - 1} most active users carry {top_share:.3f} "
+        "of the training interactions"
+    )
     print(f"time {time.perf_counter() - start:.1f} s")
     return {
         "stream": args.stream,
@@ -452,6 +499,8 @@ def main(argv=None):
         "evictions": user_index.evictions,
         "held_users": float(np.mean(kept)),
         "held_hit_rate": held_hit,
+        "split": split,
+        "top_share": top_share,
         "growth": growth,
     }
 
