@@ -325,6 +325,10 @@ def main(argv=None):
     parser.add_argument("--eviction", choices=("lru", "lfu"), default="lru")
     parser.add_argument("--min-count", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.exponent < 0:
+        parser.error(
+            f"--exponent: expected a Zipf exponent >= 0; got {args.exponent}"
+        )
     users, items, chunks, per_chunk, epochs, user_rows = (
         (300, 120, 4, 1000, 2, 160)
         if args.quick

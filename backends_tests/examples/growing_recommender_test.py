@@ -266,3 +266,13 @@ def test_zipf_quick_run_reports_bounded_against_presized(capsys):
     # full run's figures are in docs/growable_embedding.md ("Demo").
     assert result["ratio"] > 0.85
     assert result["hit_rate"] > 5 * result["chance"]
+
+
+def test_zipf_exponent_below_zero_is_refused(capsys):
+    with pytest.raises(SystemExit) as error:
+        demo.main(["--quick", "--exponent", "-0.5"])
+    assert error.value.code == 2
+    assert (
+        "--exponent: expected a Zipf exponent >= 0; got -0.5"
+        in capsys.readouterr().err
+    )
