@@ -1,6 +1,6 @@
 """Recommender over a stream where new users and items keep arriving.
 
-    python -m examples.growing_recommender [--quick]
+    python -m examples.growing_recommender [--quick] [--stream zipf|uniform]
 
 Users and items carry raw int64 keys (like 10**12 + n); `KeyIndex` maps them
 to rows as they arrive (a vectorised lookup), and `model.fit` trains chunk
@@ -30,6 +30,21 @@ The user keys are looked up batch by batch, inside the generator `fit`
 reads, so that every eviction falls between two train steps. Held-out
 users that were evicted (or never trained) read the reserved row 0. The
 pre-sized baseline keeps every user.
+
+The stream (`--stream`): `zipf` (the default) gives users and items
+Zipf-like activity, the user or item of rank r drawn with weight
+r**-`ZIPF_EXPONENT` (1.0; `--exponent`), the bounded user table half as
+many rows as the stream has distinct users, and its index
+`min_count=2 * epochs + 1`: an interaction is looked up twice per epoch
+(its positive and its negative), so a user gets a row once it has more
+than one interaction, and users seen once share row 0. `uniform` makes
+every known user and item equally likely, the stream of the figures
+before the zipf one (the same stream, bit for bit, with 160 or 1600 user
+rows and `min_count=1`). The demo prints the bounded / pre-sized
+hit-rate ratio and where the gap is: both models on the held-out users
+the bounded table holds, and on the others (evicted or not admitted, row
+0). `--eviction lfu` and `--min-count n` try the other policies of
+`KeyIndex`.
 """
 
 import argparse
@@ -44,28 +59,69 @@ from kmodels.layers import KeyIndex
 
 BATCH = 128
 LEARNING_RATE = 3.0
+# Exponent `s` of the zipf stream's activity: the user (item) of rank `r`
+# is drawn with weight `r**-s`.
+ZIPF_EXPONENT = 1.0
 
 
-def make_stream(rng, users, items, chunks, per_chunk, clusters=8):
+def make_stream(
+    rng, users, items, chunks, per_chunk, clusters=8, exponent=None
+):
     """Chunks of (user key, item key) interactions: every user and item has
     a taste cluster; users pick items of their cluster. New users and items
-    appear chunk after chunk."""
+    appear chunk after chunk.
+
+    `exponent=None`: every known user and every known item of a cluster is
+    equally likely (the uniform stream). A number `s`: Zipf-like activity,
+    drawn after the uniform stream's keys and clusters (so both share them):
+    every user gets a rank `r` (a random permutation of `1..users`) and
+    weight `r**-s`, and so does every item (`1..items`); an event picks a
+    known user with probability proportional to its weight, then a known
+    item of the user's cluster likewise. Once all users are known, the
+    user of rank `r` carries `r**-s / H(users, s)` of the events
+    (`H(n, s) = sum(k**-s for k in 1..n)`)."""
     user_cluster = rng.integers(0, clusters, users)
     item_cluster = rng.integers(0, clusters, items)
     user_keys = 10**12 + rng.permutation(10**6)[:users]
     item_keys = 7 * 10**12 + rng.permutation(10**6)[:items]
+    if exponent is not None:
+        user_weight = (rng.permutation(users) + 1.0) ** -exponent
+        item_weight = (rng.permutation(items) + 1.0) ** -exponent
     stream = []
     for c in range(chunks):
         # Population known by chunk c grows linearly.
         n_users = max(clusters, users * (c + 1) // chunks)
         n_items = max(clusters * 4, items * (c + 1) // chunks)
-        u = rng.integers(0, n_users, per_chunk)
         pool = [
             np.flatnonzero(item_cluster[:n_items] == k) for k in range(clusters)
         ]
-        i = np.array([rng.choice(pool[user_cluster[x]]) for x in u])
+        if exponent is None:
+            u = rng.integers(0, n_users, per_chunk)
+            i = np.array([rng.choice(pool[user_cluster[x]]) for x in u])
+        else:
+            u, i = _zipf_chunk(
+                rng,
+                per_chunk,
+                user_weight[:n_users],
+                item_weight,
+                user_cluster,
+                pool,
+            )
         stream.append((user_keys[u], item_keys[i]))
     return stream
+
+
+def _zipf_chunk(rng, size, user_weight, item_weight, user_cluster, pool):
+    """`size` (user, item) positions: users drawn with probability
+    proportional to `user_weight`, each user's item from its cluster's
+    `pool` with probability proportional to `item_weight`."""
+    u = rng.choice(len(user_weight), size, p=user_weight / user_weight.sum())
+    i = np.zeros(size, "int64")
+    for k, members in enumerate(pool):
+        events = np.flatnonzero(user_cluster[u] == k)
+        weight = item_weight[members]
+        i[events] = rng.choice(members, len(events), p=weight / weight.sum())
+    return u, i
 
 
 def histories(users, items, recent, length):
@@ -111,10 +167,19 @@ def _compile(model, steps):
     return model
 
 
-def growing_model(embedding_dim, history_length, steps, user_rows, seed=0):
-    """User table (at most `user_rows` rows, least recently used users
-    evicted) and one item table shared by the history bag and the
-    candidate, both growing, both following the model's Adagrad."""
+def growing_model(
+    embedding_dim,
+    history_length,
+    steps,
+    user_rows,
+    seed=0,
+    eviction="lru",
+    min_count=1,
+):
+    """User table (at most `user_rows` rows, the users the `eviction`
+    policy picks evicted, a user admitted at its `min_count`-th appearance)
+    and one item table shared by the history bag and the candidate, both
+    growing, both following the model's Adagrad."""
     init = keras.initializers.RandomNormal(0.0, 0.1)
     users = GrowableEmbedding(
         embedding_dim,
@@ -122,7 +187,12 @@ def growing_model(embedding_dim, history_length, steps, user_rows, seed=0):
         optimizer=None,
         embeddings_initializer=init,
         seed=2 * seed,
-        key_index=KeyIndex("int64", max_capacity=user_rows, eviction="lru"),
+        key_index=KeyIndex(
+            "int64",
+            max_capacity=user_rows,
+            eviction=eviction,
+            min_count=min_count,
+        ),
         name="users",
     )
     items = GrowableEmbedding(
@@ -193,6 +263,14 @@ def hit_rate_at_10(model, held_out, num_items):
     return float(np.mean((scores >= own).sum(1) - 1 < 10))
 
 
+def _hit_or_nan(model, held_out, rows, num_items):
+    """`hit_rate_at_10` on the `rows` (a mask) of `held_out`; NaN if
+    none."""
+    if not rows.any():
+        return float("nan")
+    return hit_rate_at_10(model, [part[rows] for part in held_out], num_items)
+
+
 def _batches(rng, users, bags, items, negatives, epochs):
     """`epochs` shuffles of the interactions in batches of `BATCH` rows:
     each interaction with its positive item (label 1) and its negative
@@ -226,28 +304,84 @@ def _rows(index, batches):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--stream",
+        choices=("zipf", "uniform"),
+        default="zipf",
+        help="zipf: Zipf-like activity of users and items (--exponent); "
+        "uniform: every user and item equally active (the stream of the "
+        "figures before the Zipf stream)",
+    )
+    parser.add_argument(
+        "--exponent",
+        type=float,
+        default=ZIPF_EXPONENT,
+        help=f"Zipf exponent of the zipf stream (default {ZIPF_EXPONENT})",
+    )
+    parser.add_argument(
+        "--user-rows",
+        type=int,
+        default=None,
+        help="rows of the bounded user table (row 0 reserved); default: "
+        "half the distinct users of the zipf stream, 160 (--quick) or "
+        "1600 for the uniform one",
+    )
+    parser.add_argument("--eviction", choices=("lru", "lfu"), default="lru")
+    parser.add_argument(
+        "--min-count",
+        type=int,
+        default=None,
+        help="appearances a user needs to get a row; default: 2 * epochs + 1 "
+        "on the zipf stream (more than one interaction), 1 on the uniform "
+        "one",
+    )
     args = parser.parse_args(argv)
+    if args.exponent < 0:
+        parser.error(
+            f"--exponent: expected a Zipf exponent >= 0; got {args.exponent}"
+        )
     users, items, chunks, per_chunk, epochs, user_rows = (
         (300, 120, 4, 1000, 2, 160)
         if args.quick
         else (3000, 800, 8, 12000, 4, 1600)
     )
+    exponent = args.exponent if args.stream == "zipf" else None
+    min_count = args.min_count
+    if min_count is None:
+        # Each interaction is looked up 2 * epochs times (positive and
+        # negative, every epoch): admit users at their second interaction.
+        min_count = 2 * epochs + 1 if exponent is not None else 1
     dim, length = 16, 8
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     start = time.perf_counter()
-    stream = make_stream(rng, users, items, chunks, per_chunk)
+    stream = make_stream(
+        rng, users, items, chunks, per_chunk, exponent=exponent
+    )
+    distinct = len(np.unique(np.concatenate([u for u, _ in stream])))
+    if args.user_rows is not None:
+        user_rows = args.user_rows
+    elif exponent is not None:
+        # Half as many rows as users, the reserved row 0 included.
+        user_rows = distinct // 2
     # Steps of the whole run (whole batches of positives and negatives): the
     # schedule decays over it.
     steps = chunks * epochs * int(0.9 * per_chunk) // 64
-    model = growing_model(dim, length, steps, user_rows)
+    model = growing_model(
+        dim,
+        length,
+        steps,
+        user_rows,
+        eviction=args.eviction,
+        min_count=min_count,
+    )
     user_index = model.get_layer("users").key_index
     item_index = model.get_layer("items").key_index
     # The baseline's user rows: every user keeps one.
     all_users = KeyIndex("int64")
     growth = EmbeddingGrowth()
     recent = {}
-    batches, held_out = [], []
+    batches, held_out, trained = [], [], []
     for chunk, (user_keys, item_keys) in enumerate(stream):
         i = item_index.lookup(item_keys).astype("int32")
         # Hold out 10% of the chunk for ranking; its items do not enter the
@@ -269,6 +403,7 @@ def main(argv=None):
         negatives = rng.integers(1, item_index.num_rows, len(u)).astype("int32")
         chunk_batches = _batches(rng, u, h, i, negatives, epochs)
         all_users.lookup(u)
+        trained.append(u)
         batches.extend(chunk_batches)
         history = model.fit(
             _rows(user_index, chunk_batches),
@@ -286,7 +421,7 @@ def main(argv=None):
         )
     keys, bags, held_items = (np.concatenate(part) for part in zip(*held_out))
     num_items = item_index.num_rows
-    # Evicted (or never trained) held-out users read row 0.
+    # Evicted, not admitted or never trained held-out users read row 0.
     held = user_index.lookup(keys, grow=False).astype("int32")
     hit = hit_rate_at_10(model, (held, bags, held_items), num_items)
     kept = held != 0
@@ -303,18 +438,50 @@ def main(argv=None):
     baseline_hit = hit_rate_at_10(
         baseline, (everyone, bags, held_items), num_items
     )
+    # Where the gap is: both models on the held-out users the bounded
+    # table still holds, and on the others (row 0, the history alone).
+    split = {}
+    for part, rows in (("held", kept), ("other", ~kept)):
+        split[part] = (
+            float(np.mean(rows)),
+            _hit_or_nan(model, (held, bags, held_items), rows, num_items),
+            _hit_or_nan(
+                baseline, (everyone, bags, held_items), rows, num_items
+            ),
+        )
+    # The share of the training interactions that the `user_rows - 1`
+    # most active users carry: what a table of `user_rows` rows (row 0
+    # reserved) could hold at best, knowing every user's activity.
+    all_keys = np.concatenate(trained)
+    activity = np.sort(np.unique(all_keys, return_counts=True)[1])[::-1]
+    top_share = float(activity[: user_rows - 1].sum() / activity.sum())
     chance = 10 / len(item_index)
+    ratio = hit / baseline_hit
+    policy = args.eviction.upper() + (
+        f", min_count {min_count}" if min_count > 1 else ""
+    )
     print(f"backend {keras.backend.backend()}")
+    print(
+        f"stream {args.stream}"
+        + (f" (Zipf exponent {exponent:g})" if exponent is not None else "")
+        + f": {distinct} distinct users, {len(item_index)} items"
+    )
     print(
         f"held-out hit rate@10 over {len(keys)} interactions: "
         f"growable {hit:.3f}, pre-sized Embedding {baseline_hit:.3f}, "
         f"chance {chance:.3f}"
     )
     print(
-        f"bounded users: {len(all_users)} users in {user_rows} rows (LRU), "
+        f"bounded users: {len(all_users)} users in {user_rows} rows "
+        f"({policy}), "
         f"{user_index.evictions} evictions, {growth.evicted_resets} rows "
         f"restarted, {np.mean(kept):.3f} of held-out users still held "
         f"(their hit rate@10 {held_hit:.3f})"
+    )
+    print(
+        f"bounded / pre-sized hit rate@10: {ratio:.3f} ({hit:.3f} / "
+        f"{baseline_hit:.3f}; {user_rows} rows for {distinct} users, "
+        f"{args.stream} stream)"
     )
     print(
         f"growth log ({growth.growths} growths, {growth.recompilations} "
@@ -325,19 +492,36 @@ def main(argv=None):
             f"  fit step {entry['step']}: {entry['layer']} {entry['from']} -> "
             f"{entry['to']} (max id {entry['max_id']})"
         )
+    print(
+        "where the gap is (share of held-out interactions: bounded / "
+        "pre-sized hit rate@10): "
+        + ", ".join(
+            f"{part} users {share:.3f}: {ours:.3f} / {theirs:.3f}"
+            for part, (share, ours, theirs) in split.items()
+        )
+        + f"; the {user_rows - 1} most active users carry {top_share:.3f} "
+        "of the training interactions"
+    )
     print(f"time {time.perf_counter() - start:.1f} s")
     return {
+        "stream": args.stream,
+        "exponent": exponent,
+        "distinct_users": distinct,
         "hit_rate": hit,
         "baseline_hit_rate": baseline_hit,
+        "ratio": ratio,
         "chance": chance,
         "held_out": len(keys),
         "num_items": len(item_index),
         "num_users": len(all_users),
         "user_rows": user_rows,
+        "min_count": min_count,
         "user_capacity": model.get_layer("users").capacity,
         "evictions": user_index.evictions,
         "held_users": float(np.mean(kept)),
         "held_hit_rate": held_hit,
+        "split": split,
+        "top_share": top_share,
         "growth": growth,
     }
 
