@@ -1,4 +1,4 @@
-"""`GrowableEmbedding` growing and training under tf.distribute.MirroredStrategy.
+"""`GrowableEmbedding` grows and trains under tf.distribute.MirroredStrategy.
 
 TensorFlow, 2 and 4 virtual CPU replicas: `model.fit` with
 `EmbeddingGrowth`, an unbounded table with its own sparse Adam and a
@@ -185,9 +185,9 @@ def test_mirrored_growth_matches_one_device_on_every_replica(
     model, table, index, growth, state, history = many
     assert model.distribute_strategy.num_replicas_in_sync == replicas
     _, one_table, one_index, one_growth, one_state, one_history = one
-    expected_slots = ["momentum", "velocity"] if kind == "unbounded" else [
-        "momentum"
-    ]
+    expected_slots = (
+        ["momentum", "velocity"] if kind == "unbounded" else ["momentum"]
+    )
     assert sorted(state) == sorted(["embeddings", "step", *expected_slots])
     if kind == "unbounded":
         # Largest ids per batch 9, 17, 25, 33, 41, 47: 4 -> 16 -> 32 -> 64.
@@ -225,3 +225,23 @@ def test_mirrored_growth_matches_one_device_on_every_replica(
     for a, b in zip(model.get_weights(), one[0].get_weights()):
         np.testing.assert_allclose(a, b, rtol=0, atol=ATOL)
     np.testing.assert_allclose(history["loss"], one_history["loss"], rtol=1e-5)
+
+
+@pytest.mark.skipif(
+    BACKEND == "tensorflow",
+    reason="TensorFlow: the strategy is real, see the tests above",
+)
+def test_mirrored_scope_is_ignored_off_tensorflow(device_count):
+    # JAX, torch: Keras' variables are not TensorFlow variables, so a
+    # MirroredStrategy scope changes nothing: the bounded, growing table
+    # trains bit for bit as without it (its multi-device training there:
+    # keras.distribution on JAX, DDP on torch).
+    one = _one_device("bounded")
+    scoped = _train("bounded", device_count)
+    assert scoped[3].log == one[3].log
+    assert scoped[2].evictions == one[2].evictions == 37
+    for name, (reference,) in one[4].items():
+        (part,) = scoped[4][name]
+        np.testing.assert_array_equal(part, reference)
+    initial = one[1]._initial_rows(0, one[1].capacity)
+    assert np.abs(one[4]["embeddings"][0] - initial).max() > 1e-2

@@ -17,8 +17,15 @@ def table_is_trainable():
 def make_resizable(variable):
     old = keras_internals.variable_storage(variable)
     distributed = isinstance(old, tf.distribute.DistributedValues)
-    if distributed:
-        _check_strategy(variable, old.distribute_strategy)
+    # Refused unless MirroredStrategy (a DistributedVariable), one device
+    # (OneDeviceStrategy) or no strategy scope.
+    if distributed or tf.distribute.has_strategy():
+        strategy = (
+            old.distribute_strategy
+            if distributed
+            else tf.distribute.get_strategy()
+        )
+        _check_strategy(variable, strategy)
     # A MirroredVariable is made again under its own strategy: one
     # resizable component per replica, grown and reset all together.
     scope = (
@@ -45,7 +52,10 @@ def _check_strategy(variable, strategy):
     # all-gathered sparse update to it (`sparse_lookup`). Other strategies
     # place or synchronise variables otherwise (several hosts, a parameter
     # server, TPU embeddings): refused at build time, not in a step.
-    if isinstance(strategy, tf.distribute.MirroredStrategy):
+    if isinstance(
+        strategy,
+        (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy),
+    ):
         return
     raise NotImplementedError(
         f"GrowableEmbedding ('{variable.path}') supports "
