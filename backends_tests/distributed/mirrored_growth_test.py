@@ -2,15 +2,18 @@
 
 TensorFlow, 2 and 4 virtual CPU replicas: `model.fit` with
 `EmbeddingGrowth`, an unbounded table with its own sparse Adam and a
-bounded one (`KeyIndex(max_capacity=32, eviction="lru")`, keys looked up in
+bounded one (`KeyIndex(max_capacity=64, eviction="lru")`, keys looked up in
 the data pipeline, evicted rows restarted) with sparse SGD with momentum,
 ends with every component of the table, of its optimizer slots and of its
 step equal to one-device training on the same global batches (within
 1e-5), the components of every replica identical to each other (exactly),
-the same growth and restart logs, the same dense weights and losses. Keys
-new to the table sit in one replica's slice of their batch (the last
-example of a batch carries the largest id), and the last batch splits
-unevenly over the replicas.
+the same growth log and restarted rows, the same dense weights. Keys new
+to the table sit in one replica's slice of their batch (the last example
+of a batch carries the largest id). The unbounded run's last batch splits
+unevenly over 4 replicas (2-2-2-0): Keras then weighs the examples of each
+slice by `batch / (replicas * slice)`, and the oracle is one device with
+those sample weights. The bounded model saves under the strategy and
+loads without it, as trained.
 
 JAX and torch: `tf.distribute` is a TensorFlow API that Keras there
 ignores (their variables are not TensorFlow variables); one test pins that
@@ -41,20 +44,22 @@ TENSORFLOW_ONLY = pytest.mark.skipif(
 # gathered global batch in another order than one device does (a few ulps),
 # and Adam divides by sqrt(v): measured differences are below 1e-7.
 ATOL = 1e-5
-EXAMPLES, BATCH = 48, 8  # 6 steps, each split evenly over 2 or 4 replicas
+# Unbounded: 6 steps; the last batch, 6, splits 3-3 over 2 replicas and
+# 2-2-2-0 over 4 (TensorFlow's split).
+EXAMPLES, BATCH = 46, 8
 # Bounded: 24 batches of HOT keys and cold ones; the index's 64 rows hold
 # 59 cold keys past the hot ones and the reserved row 0: 14 batches' worth.
 BOUNDED_STEPS, HOT, ROWS, HELD = 24, 4, 64, 14
 
 
-def _unbounded_data():
+def _unbounded_data(examples=EXAMPLES):
     # Example i draws ids below 3 + i: the table grows 4 -> 8 -> 16 -> 32
     # -> 64 while it trains; the largest id of each batch is new and sits in
     # its last example, i.e. in the last replica's slice only.
     rng = np.random.default_rng(0)
-    x = np.stack([rng.integers(0, 3 + i, 3) for i in range(EXAMPLES)])
-    x[:, 0] = 2 + np.arange(EXAMPLES)
-    y = rng.normal(size=(EXAMPLES, 1))
+    x = np.stack([rng.integers(0, 3 + i, 3) for i in range(examples)])
+    x[:, 0] = 2 + np.arange(examples)
+    y = rng.normal(size=(examples, 1))
     return x.astype("int32"), y.astype("float32")
 
 
@@ -93,7 +98,7 @@ def _components(variable):
     return [np.asarray(keras.ops.convert_to_numpy(p)) for p in parts]
 
 
-def _train(kind, replicas):
+def _train(kind, replicas, examples=EXAMPLES, sample_weight=None):
     """Trains the `kind` ("unbounded" or "bounded") case on `replicas`
     MirroredStrategy replicas (`None`: one device, no strategy)."""
     keras.utils.clear_session()
@@ -116,8 +121,8 @@ def _train(kind, replicas):
         model = _model(table)
     growth, ahead = EmbeddingGrowth(), _Ahead()
     if kind == "unbounded":
-        x, y = _unbounded_data()
-        data = dict(x=x, y=y, batch_size=BATCH)
+        x, y = _unbounded_data(examples)
+        data = dict(x=x, y=y, batch_size=BATCH, sample_weight=sample_weight)
     else:
         batches = _bounded_batches()
 
@@ -168,19 +173,55 @@ class _Ahead(keras.callbacks.Callback):
 _ONE_DEVICE = {}
 
 
-def _one_device(kind):
-    if kind not in _ONE_DEVICE:
-        _ONE_DEVICE[kind] = _train(kind, None)
-    return _ONE_DEVICE[kind]
+def _one_device(kind, weights=None):
+    key = (kind, None if weights is None else tuple(weights.tolist()))
+    if key not in _ONE_DEVICE:
+        _ONE_DEVICE[key] = _train(kind, None, sample_weight=weights)
+    return _ONE_DEVICE[key]
+
+
+def _replica_weights(replicas):
+    """The weight Keras gives each example under `replicas` replicas,
+    relative to one device: it divides each replica's mean loss by the
+    replica count, so an example of a slice of `n` in a batch of `b`
+    counts `b / (replicas n)` (1 when the batch splits evenly). The
+    slices are read from TensorFlow's own split of the batched examples,
+    as `fit` distributes NumPy data."""
+    import tensorflow as tf
+
+    strategy = mirrored_strategy(replicas)
+    dataset = tf.data.Dataset.range(EXAMPLES).batch(BATCH)
+    weights = []
+    for batch in strategy.experimental_distribute_dataset(dataset):
+        parts = strategy.experimental_local_results(batch)
+        sizes = [int(part.shape[0]) for part in parts]
+        for n in sizes:
+            weights += [sum(sizes) / (replicas * max(n, 1))] * n
+    return np.asarray(weights, "float32")
 
 
 @TENSORFLOW_ONLY
 @pytest.mark.parametrize("kind", ["unbounded", "bounded"])
 @pytest.mark.parametrize("replicas", [2, 4])
 def test_mirrored_growth_matches_one_device_on_every_replica(
-    device_count, replicas, kind
+    device_count, replicas, kind, tmp_path
 ):
-    one = _one_device(kind)
+    weights = None
+    if kind == "unbounded":
+        # Keras weighs the examples of an uneven split: 2-2-2-0 gives the
+        # last batch's examples 6 / (4 * 2) = 0.75 of their one-device
+        # weight, for every weight of the model (the dense layer and the
+        # table alike). The oracle: one device with those weights.
+        weights = _replica_weights(replicas)
+        assert weights.shape == (EXAMPLES,)
+        np.testing.assert_array_equal(weights[:40], 1.0)
+        if replicas == 4:
+            np.testing.assert_array_equal(weights[40:], 0.75)
+            # The weights matter: without them one device ends elsewhere.
+            plain = _one_device(kind)[4]["embeddings"][0]
+            weighted = _one_device(kind, weights)[4]["embeddings"][0]
+            assert np.abs(plain - weighted).max() > 1e-3
+    one = _one_device(kind, weights)
     many = _train(kind, replicas)
     model, table, index, growth, state, history = many
     assert model.distribute_strategy.num_replicas_in_sync == replicas
@@ -191,6 +232,7 @@ def test_mirrored_growth_matches_one_device_on_every_replica(
     assert sorted(state) == sorted(["embeddings", "step", *expected_slots])
     if kind == "unbounded":
         # Largest ids per batch 9, 17, 25, 33, 41, 47: 4 -> 16 -> 32 -> 64.
+        # (Examples 41-45 of the last batch land on replicas 0-2 only.)
         assert [e["to"] for e in growth.log] == [16, 32, 64]
     else:
         # Rows 1-8 in the first batch (16), then 32 and the index's 64
@@ -224,7 +266,23 @@ def test_mirrored_growth_matches_one_device_on_every_replica(
     assert np.abs(state["embeddings"][0] - initial).max() > 1e-2
     for a, b in zip(model.get_weights(), one[0].get_weights()):
         np.testing.assert_allclose(a, b, rtol=0, atol=ATOL)
-    np.testing.assert_allclose(history["loss"], one_history["loss"], rtol=1e-5)
+    if kind == "bounded" and replicas == device_count:
+        # Saved under the strategy, loaded without it: every row, slot,
+        # the step and the index's keys, as trained.
+        path = str(tmp_path / "mirrored.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path).get_layer("table")
+        variables = [loaded.embeddings, *loaded.trained_slots, loaded.step]
+        for variable in variables:
+            np.testing.assert_array_equal(
+                keras.ops.convert_to_numpy(variable.value),
+                state[variable.name][0],
+            )
+        assert list(loaded.key_index.keys()) == list(index.keys())
+    if weights is None or (weights == 1).all():
+        np.testing.assert_allclose(
+            history["loss"], one_history["loss"], rtol=1e-5
+        )
 
 
 @pytest.mark.skipif(
