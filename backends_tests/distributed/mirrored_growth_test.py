@@ -266,6 +266,17 @@ def test_mirrored_growth_matches_one_device_on_every_replica(
     assert np.abs(state["embeddings"][0] - initial).max() > 1e-2
     for a, b in zip(model.get_weights(), one[0].get_weights()):
         np.testing.assert_allclose(a, b, rtol=0, atol=ATOL)
+    if kind == "unbounded" and replicas == 2:
+        # Compiled predict under the strategy (traced again after the
+        # growth) reads the grown table: one device's predictions, for
+        # ids below and past the capacity (unseen: zero vectors).
+        x = np.concatenate([_unbounded_data()[0][:6], [[63, 64, 99]] * 2])
+        np.testing.assert_allclose(
+            model.predict(x, batch_size=8, verbose=0),
+            one[0].predict(x, batch_size=8, verbose=0),
+            rtol=0,
+            atol=ATOL,
+        )
     if kind == "bounded" and replicas == device_count:
         # Saved under the strategy, loaded without it: every row, slot,
         # the step and the index's keys, as trained.
