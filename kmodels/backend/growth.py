@@ -20,6 +20,9 @@ functions below:
   effects, so there the table and its slots are trainable variables with
   `overwrite_with_gradient=True` whose "gradient" is their updated value.
 - `is_concrete`: whether a tensor holds data (eager) or is being traced.
+- `global_batches`: the whole global batches a step consumes (TensorFlow's
+  `MirroredStrategy` hands the step per-replica slices; growth reads them
+  joined).
 - `wrap_train_function`: run a growth hook on each batch, with concrete data,
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
