@@ -193,9 +193,11 @@ def _replicated_lookup(layer, context, table, slots, ids, seen):
     batch and writes it into its own component of the table and of the
     slots. Keras has already divided each replica's loss by the number
     of replicas, so the gathered gradients are those of the global
-    batch's loss, and every component ends identical to a one-device
-    step on the global batch (the rows are summed in another order: a
-    few ulps)."""
+    batch's loss when it splits evenly (an uneven split weighs the
+    examples of a smaller slice more, for every Keras weight alike), and
+    every component ends equal to a one-device step on the global batch
+    (the rows are summed in another order: a few ulps). Uneven slices,
+    even empty ones, are gathered as they are."""
     handles = [_local_handle(v) for v in (table, *slots)]
     dtypes = [v.dtype for v in (table, *slots)]
 
