@@ -42,3 +42,31 @@ def max_abs_difference(a, b):
     for path in a:
         assert a[path].shape == b[path].shape, path
     return max(float(np.max(np.abs(a[p] - b[p]), initial=0.0)) for p in a)
+
+
+_MIRRORED = {}
+
+
+def mirrored_strategy(replicas):
+    """The session's `tf.distribute.MirroredStrategy` over `replicas`
+    virtual CPUs (TensorFlow), one per replica count.
+
+    A second MirroredStrategy over devices an earlier one uses can reuse
+    its collective keys (both start at group key 1), and TensorFlow then
+    fails with "Shape mismatch in the collective instance" or "joining a
+    group with size 2, but that group has size 4". So every count but the
+    session's device count runs its all-reduces and all-gathers without
+    collectives (`ReductionToOneDevice`: copies to one device and back),
+    and the device count's strategy keeps TensorFlow's default (collective
+    ring all-reduce on CPUs)."""
+    import tensorflow as tf
+
+    if replicas not in _MIRRORED:
+        devices = [f"/cpu:{i}" for i in range(replicas)]
+        cross_device_ops = None
+        if replicas != VIRTUAL_DEVICES:
+            cross_device_ops = tf.distribute.ReductionToOneDevice()
+        _MIRRORED[replicas] = tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=cross_device_ops
+        )
+    return _MIRRORED[replicas]

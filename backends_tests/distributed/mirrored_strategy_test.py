@@ -4,7 +4,9 @@ TensorFlow: the Transformer encoder and the `Translator` (with
 `masked_loss`) trained for one epoch on 4 virtual CPU replicas end with the
 weights of one device, same global batch; a model trained under the
 strategy saves to `.keras` and loads without it; `GrowableEmbedding`
-refuses a strategy at build time.
+builds and grows under a one-replica MirroredStrategy and refuses other
+strategies at build time (its multi-replica training:
+`mirrored_growth_test.py`).
 
 JAX and torch: `tf.distribute` is a TensorFlow API. Keras on these backends
 ignores a strategy scope (their variables are not TensorFlow variables):
@@ -13,13 +15,13 @@ that is pinned here; data parallelism there is `keras.distribution` (JAX,
 """
 
 import contextlib
-import functools
 
 import keras
 import numpy as np
 import pytest
 
 from backends_tests.distributed.conftest import max_abs_difference
+from backends_tests.distributed.conftest import mirrored_strategy
 from backends_tests.distributed.conftest import weights_of
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
@@ -52,17 +54,10 @@ NOISE_ONLY = "key/bias"
 NOISE_ATOL = 1e-4
 
 
-@functools.cache
 def _strategy(replicas):
-    # One strategy per replica count for the whole session: a second
-    # MirroredStrategy over the same devices can reuse the first one's
-    # collective keys, and TensorFlow then fails with "Shape mismatch in
-    # the collective instance".
-    import tensorflow as tf
-
-    return tf.distribute.MirroredStrategy(
-        [f"/cpu:{i}" for i in range(replicas)]
-    )
+    # One strategy per replica count for the whole session, shared with
+    # mirrored_growth_test.py (conftest.mirrored_strategy says why).
+    return mirrored_strategy(replicas)
 
 
 def _scope(strategy):
@@ -263,7 +258,9 @@ def _growable_model():
     return model, table
 
 
-def test_growable_embedding_refuses_a_strategy(device_count):
+def test_growable_embedding_refuses_a_strategy_other_than_mirrored(
+    device_count,
+):
     x = (np.arange(64).reshape(16, 4) % 12).astype("int32")
     y = np.zeros((16, 4), "float32")
     if BACKEND != "tensorflow":
@@ -274,24 +271,32 @@ def test_growable_embedding_refuses_a_strategy(device_count):
         model.fit(x, y, batch_size=8, verbose=0, callbacks=[EmbeddingGrowth()])
         assert table.capacity == 16
         return
-    for replicas in (device_count, 1):
-        # Even one replica: MirroredStrategy makes DistributedVariables,
-        # whose handle exists only inside a replica context.
-        with _strategy(replicas).scope():
-            with pytest.raises(
-                NotImplementedError,
-                match=(
-                    r"GrowableEmbedding \('table/embeddings'\) does not "
-                    r"support tf.distribute strategies: expected the default"
-                    r" strategy \(one device, no strategy scope\); got "
-                    rf"MirroredStrategy with {replicas} replica\(s\)"
-                ),
-            ):
-                _growable_model()
-    # The default strategy (no scope) keeps working, growth included.
-    model, table = _growable_model()
-    model.fit(x, y, batch_size=8, verbose=0, callbacks=[EmbeddingGrowth()])
-    assert table.capacity == 16
+    import tensorflow as tf
+
+    # CentralStorageStrategy keeps one copy of each variable that every
+    # replica would update: refused when the table is built.
+    central = tf.distribute.experimental.CentralStorageStrategy(
+        [f"/cpu:{i}" for i in range(device_count)]
+    )
+    with central.scope():
+        with pytest.raises(
+            NotImplementedError,
+            match=(
+                r"GrowableEmbedding \('table/embeddings'\) supports "
+                r"tf.distribute.MirroredStrategy \(one host\) only: expected "
+                r"a MirroredStrategy or no strategy scope; got "
+                rf"CentralStorageStrategy with {device_count} replica\(s\)"
+            ),
+        ):
+            _growable_model()
+    # A one-replica MirroredStrategy (DistributedVariables, a replica
+    # context) and the default strategy both grow: 12 ids, 8 -> 16 rows.
+    for scope in (_strategy(1).scope(), contextlib.nullcontext()):
+        with scope:
+            model, table = _growable_model()
+        model.fit(x, y, batch_size=8, verbose=0, callbacks=[EmbeddingGrowth()])
+        assert table.capacity == 16
+        assert float(keras.ops.convert_to_numpy(table.step.value)) == 2.0
 
 
 def test_save_under_strategy_load_without(encoder_on_replicas, tmp_path):

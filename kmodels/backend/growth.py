@@ -20,6 +20,9 @@ functions below:
   effects, so there the table and its slots are trainable variables with
   `overwrite_with_gradient=True` whose "gradient" is their updated value.
 - `is_concrete`: whether a tensor holds data (eager) or is being traced.
+- `global_batches`: the whole global batches a step consumes (TensorFlow's
+  `MirroredStrategy` hands the step per-replica slices; growth reads them
+  joined).
 - `wrap_train_function`: run a growth hook on each batch, with concrete data,
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
@@ -179,6 +182,16 @@ def is_concrete(x):
     return native.growth.is_concrete(x)
 
 
+def global_batches(batches):
+    """The batches a step is about to consume, whole: under TensorFlow's
+    `MirroredStrategy` `fit` hands the step per-replica slices of each
+    global batch, which this joins again (growth, the id checks and the
+    row restarts read the global batch); the batches themselves
+    elsewhere."""
+    merge = getattr(native.growth, "global_batches", None)
+    return batches if merge is None else merge(batches)
+
+
 class _GrowthHook(steps.StepHook):
     """Grows the tables of a model before each train step: the second of
     the step hooks, after the input checks (`kmodels.contracts`)."""
@@ -190,7 +203,7 @@ class _GrowthHook(steps.StepHook):
         self._runner = runner
 
     def before_step(self, step):
-        plan = self.controller.plan(step.batches)
+        plan = self.controller.plan(global_batches(step.batches))
         if plan:
             # During an epoch JAX keeps the state outside the variables:
             # `step.variables()` writes it back and reads it again after.

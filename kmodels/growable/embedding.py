@@ -237,6 +237,10 @@ class GrowableEmbedding(keras.layers.Layer):
             trainable=True,
             overwrite_with_gradient=True,
             autocast=False,
+            # Under tf.distribute.MirroredStrategy Keras overwrites it in
+            # each replica; every replica holds the same step + 1, and
+            # replica 0's is written to all (as optimizer.iterations).
+            aggregation="only_first_replica",
         )
         self.built = True
 

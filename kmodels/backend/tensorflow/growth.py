@@ -1,5 +1,7 @@
 """TensorFlow side of `kmodels.backend.growth`."""
 
+import contextlib
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -14,31 +16,53 @@ def table_is_trainable():
 
 def make_resizable(variable):
     old = keras_internals.variable_storage(variable)
-    if isinstance(old, tf.distribute.DistributedValues):
-        _refuse_strategy(variable)
-    with tf.init_scope():
+    distributed = isinstance(old, tf.distribute.DistributedValues)
+    # Refused unless MirroredStrategy (a DistributedVariable), one device
+    # (OneDeviceStrategy) or no strategy scope.
+    if distributed or tf.distribute.has_strategy():
+        strategy = (
+            old.distribute_strategy
+            if distributed
+            else tf.distribute.get_strategy()
+        )
+        _check_strategy(variable, strategy)
+    # A MirroredVariable is made again under its own strategy: one
+    # resizable component per replica, grown and reset all together.
+    scope = (
+        old.distribute_strategy.scope()
+        if distributed
+        else contextlib.nullcontext()
+    )
+    with tf.init_scope(), scope:
         resizable = tf.Variable(
             old.read_value(),
             dtype=old.dtype,
             trainable=old.trainable,
             name=variable.name,
             shape=tf.TensorShape([None] + old.shape.as_list()[1:]),
+            aggregation=old.aggregation,
+            synchronization=old.synchronization,
         )
         keras_internals.set_variable_storage(variable, resizable)
 
 
-def _refuse_strategy(variable):
-    # Under a tf.distribute strategy (even a one-device MirroredStrategy)
-    # Keras creates DistributedVariables: their handle exists only inside a
-    # replica context, and the sparse row updates would have to be written
-    # to every copy. Fail at build time instead of inside the first step.
-    strategy = tf.distribute.get_strategy()
+def _check_strategy(variable, strategy):
+    # MirroredStrategy (one host, any number of devices) is supported:
+    # every replica keeps a whole copy of the table and applies the same
+    # all-gathered sparse update to it (`sparse_lookup`). Other strategies
+    # place or synchronise variables otherwise (several hosts, a parameter
+    # server, TPU embeddings): refused at build time, not in a step.
+    if isinstance(
+        strategy,
+        (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy),
+    ):
+        return
     raise NotImplementedError(
-        f"GrowableEmbedding ('{variable.path}') does not support "
-        "tf.distribute strategies: expected the default strategy (one "
-        f"device, no strategy scope); got {type(strategy).__name__} with "
-        f"{strategy.num_replicas_in_sync} replica(s). Build and train the "
-        "model outside strategy.scope(), or use the JAX backend with "
+        f"GrowableEmbedding ('{variable.path}') supports "
+        "tf.distribute.MirroredStrategy (one host) only: expected a "
+        "MirroredStrategy or no strategy scope; got "
+        f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} "
+        "replica(s). Use MirroredStrategy, or the JAX backend with "
         "keras.distribution (kmodels.distributed.shard_embedding_rows)."
     )
 
@@ -87,11 +111,25 @@ def capacity_of(variable):
     value = variable.value
     if isinstance(value, tf.Variable):
         # VariableShape, not a read: once a variable has had sparse
-        # updates, TensorFlow copies it whole on every dense read.
-        return tf.raw_ops.VariableShape(input=value.handle, out_type=tf.int32)[
-            0
-        ]
+        # updates, TensorFlow copies it whole on every dense read. A
+        # MirroredVariable: this replica's component (the primary outside
+        # a replica function); all have the same shape.
+        return tf.raw_ops.VariableShape(
+            input=_local_handle(value), out_type=tf.int32
+        )[0]
     return tf.shape(value, out_type=tf.int32)[0]
+
+
+def _local_handle(variable):
+    """The resource handle of `variable`, or of this replica's component of
+    a MirroredVariable (inside `strategy.run`; the primary outside)."""
+    if not isinstance(variable, tf.distribute.DistributedValues):
+        return variable.handle
+    if tf.distribute.in_cross_replica_context():
+        return variable.distribute_strategy.experimental_local_results(
+            variable
+        )[0].handle
+    return variable.handle
 
 
 def is_concrete(x):
@@ -101,6 +139,13 @@ def is_concrete(x):
 def sparse_lookup(layer, ids, seen=None):
     table = layer.embeddings.value
     slots = [s.value for s in layer.trained_slots]
+    replicas = _replica_context(table)
+    if replicas is None:
+        return _one_device_lookup(layer, table, slots, ids, seen)
+    return _replicated_lookup(layer, replicas, table, slots, ids, seen)
+
+
+def _one_device_lookup(layer, table, slots, ids, seen):
     gathered = tf.gather(table, ids)
 
     @tf.custom_gradient
@@ -127,6 +172,73 @@ def sparse_lookup(layer, ids, seen=None):
     return hook(gathered, tf.convert_to_tensor(layer.step.value))
 
 
+def _replica_context(table):
+    """The replica context of a `strategy.run` over a MirroredVariable
+    table, or `None` (one device; or a MirroredVariable read outside a
+    replica function, e.g. an eager call under `strategy.scope()`)."""
+    if not isinstance(table, tf.distribute.DistributedValues):
+        return None
+    if tf.distribute.in_cross_replica_context():
+        return None
+    return tf.distribute.get_replica_context()
+
+
+def _replicated_lookup(layer, context, table, slots, ids, seen):
+    """`sparse_lookup` inside one replica of a MirroredStrategy step.
+
+    Each replica reads its own component of the table. In the backward
+    pass the replicas all-gather their ids and per-position gradients
+    (and `seen`), in replica order, which is the order of the global
+    batch; each then runs the same sparse update on the same gathered
+    batch and writes it into its own component of the table and of the
+    slots. Keras has already divided each replica's loss by the number
+    of replicas, so the gathered gradients are those of the global
+    batch's loss when it splits evenly (an uneven split weighs the
+    examples of a smaller slice more, for every Keras weight alike), and
+    every component ends equal to a one-device step on the global batch
+    (the rows are summed in another order: a few ulps). Uneven slices,
+    even empty ones, are gathered as they are."""
+    handles = [_local_handle(v) for v in (table, *slots)]
+    dtypes = [v.dtype for v in (table, *slots)]
+
+    def gather(k, rows):
+        return tf.raw_ops.ResourceGather(
+            resource=handles[k], indices=rows, dtype=dtypes[k]
+        )
+
+    gathered = gather(0, ids)
+
+    @tf.custom_gradient
+    def hook(gathered, step):
+        def grad(grads):
+            grads = tf.reshape(grads, (-1, layer.output_dim))
+            all_ids = context.all_gather(ids, axis=0)
+            all_grads = context.all_gather(grads, axis=0)
+            all_seen = None
+            if seen is not None:
+                all_seen = context.all_gather(tf.cast(seen, tf.int32), axis=0)
+                all_seen = tf.cast(all_seen, tf.bool)
+            rows, new_rows, new_slot_rows = layer.sparse_row_update(
+                gather, step, all_ids, all_grads, seen=all_seen
+            )
+            updates = [
+                tf.raw_ops.ResourceScatterUpdate(
+                    resource=handle, indices=rows, updates=values
+                )
+                for handle, values in zip(handles, [new_rows, *new_slot_rows])
+            ]
+            with tf.control_dependencies(updates):
+                # The step's "gradient": its new value. The variable
+                # aggregates "only_first_replica", so Keras' overwrite
+                # (an assign in the replica context) writes replica 0's
+                # value, equal on every replica, into every component.
+                return None, tf.identity(step + 1)
+
+        return tf.identity(gathered), grad
+
+    return hook(gathered, tf.convert_to_tensor(layer.step.value))
+
+
 def adam_rows_in_place(
     rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
 ):
@@ -136,6 +248,21 @@ def adam_rows_in_place(
         "adam_rows_in_place is torch's in-place Adam; tensorflow runs "
         "SparseAdam.update."
     )
+
+
+def global_batches(batches):
+    """The batches a MirroredStrategy step is about to consume, whole:
+    `fit` hands the step per-replica slices of each global batch
+    (`PerReplica` values, replica `i` holding its `i`-th slice); growth,
+    the id checks and the row restarts read the global batch."""
+    return [tf.nest.map_structure(_whole, batch) for batch in batches]
+
+
+def _whole(value):
+    if not isinstance(value, tf.distribute.DistributedValues):
+        return value
+    parts = value.values
+    return tf.concat(parts, axis=0) if parts[0].shape.rank else parts[0]
 
 
 def train_step_runner(model, retrace):
@@ -153,8 +280,13 @@ def train_step_runner(model, retrace):
     compiled = [cached[1]]
 
     def build():
+        strategy = model.distribute_strategy
+
         def one_step(data):
-            return model.distribute_strategy.run(model.train_step, args=(data,))
+            logs = strategy.run(model.train_step, args=(data,))
+            # As Keras' own step (`reduction="auto"`): the replicas' logs
+            # (equal: the metrics are synchronised) averaged.
+            return tf.nest.map_structure(_mean_over_replicas(strategy), logs)
 
         if model.run_eagerly:
             return one_step
@@ -163,11 +295,6 @@ def train_step_runner(model, retrace):
         return tf.function(one_step, reduce_retracing=True, jit_compile=False)
 
     def run(batches):
-        if model.distribute_strategy.num_replicas_in_sync > 1:
-            raise NotImplementedError(
-                "EmbeddingGrowth supports one replica on TensorFlow; got "
-                f"{model.distribute_strategy.num_replicas_in_sync}."
-            )
         if compiled[0] is None:
             compiled[0] = build()
             model._kmodels_growth_step = (original, compiled[0])
@@ -176,3 +303,12 @@ def train_step_runner(model, retrace):
         return logs
 
     return run
+
+
+def _mean_over_replicas(strategy):
+    def mean(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.reduce(tf.distribute.ReduceOp.MEAN, value, None)
+        return value
+
+    return mean
