@@ -83,11 +83,8 @@ class _SparseUpdate(torch.autograd.Function):
         table = layer.embeddings.value.data
         slots = [s.value.data for s in layer.trained_slots]
         with torch.no_grad():
-            ids, grads, seen = (
-                ctx.ids,
-                grads.reshape(-1, table.shape[-1]),
-                ctx.seen,
-            )
+            ids, seen = ctx.ids, ctx.seen
+            grads = grads.reshape(-1, table.shape[-1])
             # Replicas (kmodels.distributed.replicate_tables): every
             # process's entries, so each applies the global batch's update.
             replicas = table_replicas.gathered_batch(layer, ids, grads, seen)
