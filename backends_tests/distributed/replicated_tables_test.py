@@ -62,6 +62,20 @@ def test_ddp_replicas_train_growable_tables_like_one_process(tmp_path):
     )
     # The reference: one process (this one), plain Keras.
     reference = growable_task.train_reference()
+    # Before training: tables of other capacities are refused on every
+    # rank; rank 0's seed and rows go to rank 1, so rows grown later agree.
+    for record in (first, second):
+        assert str(record["mismatch_error"]).startswith(
+            "kmodels.distributed.replicate_tables expects every process to "
+            "hold the same GrowableEmbedding tables"
+        )
+        assert "[('table', 4, 0)]" in str(record["mismatch_error"])
+        assert int(record["seeded_seed"]) == 5
+    np.testing.assert_array_equal(first["seeded_rows"], second["seeded_rows"])
+    np.testing.assert_array_equal(
+        first["seeded_rows"], first["seeded_own_rows"]
+    )
+    assert np.max(np.abs(second["seeded_own_rows"] - first["seeded_rows"])) > 0
     # The task is what it claims: in some step each feature has ids or keys
     # that only one rank sees; the ids outgrow the table; keys are evicted;
     # training moves every variable.

@@ -49,6 +49,7 @@ def main():
         rank=args.rank,
         world_size=args.world_size,
     )
+    found = _replicate_checks(args.rank)
     model, grown, bounded, index = task.build_model()
     kmodels.distributed.replicate_tables(model)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -65,7 +66,7 @@ def main():
         loss = torch.nn.functional.mse_loss(outputs, torch.from_numpy(y[mine]))
         loss.backward()
         optimizer.step()
-    found = task.record(model, grown, bounded, index)
+    found.update(task.record(model, grown, bounded, index))
     torch.distributed.destroy_process_group()
     if args.rank == 0:
         # The replicas are identical: one saves, as a user's job would.
@@ -76,6 +77,37 @@ def main():
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _replicate_checks(rank):
+    """What `replicate_tables` does before training, on one-table models
+    that differ by rank: refuses tables of different capacities (on every
+    rank), and gives rank 0's seed and rows to every rank (the rows of a
+    later growth agree too)."""
+    import keras
+
+    import kmodels
+
+    def one_table(**kwargs):
+        ids = keras.Input((2,), dtype="int32")
+        table = kmodels.layers.GrowableEmbedding(4, name="table", **kwargs)
+        return keras.Model(ids, table(ids)), table
+
+    found = {}
+    model, _ = one_table(initial_capacity=2 + 2 * rank, seed=5)
+    try:
+        kmodels.distributed.replicate_tables(model)
+    except ValueError as error:
+        found["mismatch_error"] = str(error)
+    model, table = one_table(initial_capacity=2, seed=5 + rank)
+    kmodels.distributed.replicate_tables(model)
+    table.grow_to(4)
+    found["seeded_seed"] = table.seed
+    found["seeded_rows"] = keras.ops.convert_to_numpy(table.embeddings.value)
+    # What this rank's own seed gives (rank 1's differs).
+    _, own = one_table(initial_capacity=4, seed=5 + rank)
+    found["seeded_own_rows"] = keras.ops.convert_to_numpy(own.embeddings.value)
+    return found
 
 
 if __name__ == "__main__":
