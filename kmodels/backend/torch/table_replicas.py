@@ -33,9 +33,9 @@ def replicate(model, tables):
             raise ValueError(
                 "kmodels.distributed.replicate_tables expects every process "
                 "to hold the same GrowableEmbedding tables (name, capacity, "
-                "keys in their KeyIndex), as built from the same code or "
-                f"loaded from the same file; rank {dist.get_rank()} holds "
-                f"{mine}, rank {rank} {theirs}."
+                "number of keys in their KeyIndex), as built from the same "
+                "code or loaded from the same file; rank "
+                f"{dist.get_rank()} holds {mine}, rank {rank} {theirs}."
             )
     for table in tables:
         # Rows grown later come from (seed, row): the seed must agree.
@@ -70,9 +70,10 @@ def _ignore_steps_in_ddp(model, tables):
         ):
             if id(parameter) in steps:
                 names.add(f"{module_name}.{name}")
-    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(  # noqa: E501
-        model, sorted(names)
-    )
+    # torch's one way to exclude parameters from DDP (underscored, but the
+    # way its docs and FSDP use; torch 2.13 as of this writing).
+    ddp = torch.nn.parallel.DistributedDataParallel
+    ddp._set_params_and_buffers_to_ignore_for_model(model, sorted(names))
 
 
 def is_replicated(layer):
