@@ -126,7 +126,7 @@ def test_ddp_replicas_train_growable_tables_like_one_process(tmp_path):
     assert list(keys) == list(first["keys"])
 
 
-def test_replicate_tables_refuses_what_it_cannot_replicate():
+def test_replicate_tables_for_ddp_refuses_what_it_cannot_replicate():
     plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="model 'sequential.*' has none"):
         kmodels.distributed.replicate_tables(plain)
