@@ -8,9 +8,10 @@ test session itself (one process fewer to start).
 The model embeds two features and regresses one number from them:
 - `ids`: raw ids, an unbounded table that grows from 4 rows as the ids
   grow (step t draws ids below 5 + 9t): 8, 16, 32, then 64 rows;
-- `keys`: int64 keys through a bounded `KeyIndex` (20 rows, LRU), from a
+- `keys`: bags of 1 to 4 int64 keys (padded with 0, row 0, masked;
+  `combiner="mean"`) through a bounded `KeyIndex` (20 rows, LRU), from a
   window of 16 keys sliding by 4 per step, so keys are evicted and their
-  rows restarted from step 2 on.
+  rows restarted.
 Both tables train with their own sparse Adam, the dense head with SGD.
 """
 
@@ -37,6 +38,8 @@ def data():
         n = GLOBAL_BATCH - (t == STEPS - 1)
         ids = rng.integers(0, 5 + 9 * t, (n, BAG))
         keys = 10**12 + 7919 * rng.integers(4 * t, 4 * t + 16, (n, BAG))
+        # Bags of 1 to 4 keys, padded with key 0 (row 0, masked).
+        keys[np.arange(BAG) >= rng.integers(1, BAG + 1, (n, 1))] = 0
         y = rng.normal(size=(n, 1))
         steps.append((ids.astype("int32"), keys, y.astype("float32")))
     return steps
@@ -60,12 +63,16 @@ def build_model():
         max_capacity=INDEX_ROWS, eviction="lru", name="index"
     )
     bounded = kmodels.layers.GrowableEmbedding(
-        8, initial_capacity=4, optimizer=adam, key_index=index, name="bounded"
+        8,
+        initial_capacity=4,
+        optimizer=adam,
+        key_index=index,
+        combiner="mean",
+        mask_zero=True,
+        name="bounded",
     )
-    pool = keras.layers.GlobalAveragePooling1D
-    features = keras.layers.Concatenate()(
-        [pool()(grown(ids)), pool()(bounded(rows))]
-    )
+    pooled = keras.layers.GlobalAveragePooling1D()(grown(ids))
+    features = keras.layers.Concatenate()([pooled, bounded(rows)])
     head = keras.layers.Dense(1, name="head")
     model = keras.Model([ids, rows], head(features))
     return model, grown, bounded, index
@@ -98,7 +105,9 @@ def global_rows(index, table, keys):
     """Rows of a global batch's `keys`: the same on every process when
     each looks up the whole global batch in the same order; restarts the
     rows of evicted keys (values and optimizer slots) before the step."""
-    rows = index.lookup(keys).astype("int32")
+    rows = np.zeros(keys.shape, "int32")
+    real = keys != 0
+    rows[real] = index.lookup(keys[real])
     table.reset_rows(index.take_reset_rows())
     return rows
 
