@@ -27,6 +27,7 @@ MODULES = {
     "replicas",
     "rnn",
     "steps",
+    "table_replicas",
     "virtual_devices",
 }
 # Not part of the interface: the Keras internals kmodels reads, in one

@@ -47,6 +47,9 @@ function, hold what is the same on every backend, and call
   (TensorFlow on the CPU).
 - `virtual_devices`: several CPU devices in one process
   (`kmodels.distributed.virtual_cpu_devices`).
+- `table_replicas`: the collectives that keep the replicas of a growable
+  table identical under torch `DistributedDataParallel`
+  (`kmodels.distributed.replicate_tables`); it raises on TensorFlow and JAX.
 
 `kmodels.backend.common` holds the backend-independent helpers the
 per-backend modules share. Nothing here imports another kmodels package

@@ -9,6 +9,8 @@ import math
 import numpy as np
 from keras import ops
 
+from kmodels.backend import table_replicas
+
 
 def round_up(n, multiple):
     """`n` rounded up to a multiple of `multiple`."""
@@ -94,7 +96,7 @@ def fit_concrete_ids(layer, features, training, updates):
     )
     if training:
         if updates:
-            layer._fit_checked_ids(checked)
+            layer._fit_checked_ids(_over_replicas(layer, checked))
     elif layer.unseen == "error" and checked.size:
         if int(checked.max()) >= layer.capacity:
             raise ValueError(
@@ -132,3 +134,13 @@ def check_rows_in_range(where, rows, capacity):
         raise ValueError(
             f"{where} expects rows in [0, capacity={capacity}); got {int(bad)}."
         )
+
+
+def _over_replicas(layer, ids):
+    """`ids`, or, for a table that `kmodels.distributed.replicate_tables`
+    made one replica of several, the largest id of any replica's batch:
+    every replica grows alike, before the step."""
+    if not table_replicas.is_replicated(layer):
+        return ids
+    high = table_replicas.largest_id(layer, int(ids.max()) if ids.size else -1)
+    return np.array([high] if high >= 0 else [], np.int64)

@@ -9,4 +9,5 @@ from kmodels.backend.jax import losses
 from kmodels.backend.jax import replicas
 from kmodels.backend.jax import rnn
 from kmodels.backend.jax import steps
+from kmodels.backend.jax import table_replicas
 from kmodels.backend.jax import virtual_devices

@@ -9,4 +9,5 @@ from kmodels.backend.tensorflow import losses
 from kmodels.backend.tensorflow import replicas
 from kmodels.backend.tensorflow import rnn
 from kmodels.backend.tensorflow import steps
+from kmodels.backend.tensorflow import table_replicas
 from kmodels.backend.tensorflow import virtual_devices

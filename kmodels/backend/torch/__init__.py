@@ -9,4 +9,5 @@ from kmodels.backend.torch import losses
 from kmodels.backend.torch import replicas
 from kmodels.backend.torch import rnn
 from kmodels.backend.torch import steps
+from kmodels.backend.torch import table_replicas
 from kmodels.backend.torch import virtual_devices

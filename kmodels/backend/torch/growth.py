@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from kmodels.backend import keras_internals
+from kmodels.backend.torch import table_replicas
 
 
 def table_is_trainable():
@@ -82,9 +83,14 @@ class _SparseUpdate(torch.autograd.Function):
         table = layer.embeddings.value.data
         slots = [s.value.data for s in layer.trained_slots]
         with torch.no_grad():
-            rows, summed = _summed_rows(
-                ctx.ids, grads.reshape(-1, table.shape[-1]), ctx.seen, table
-            )
+            ids, seen = ctx.ids, ctx.seen
+            grads = grads.reshape(-1, table.shape[-1])
+            # Replicas (kmodels.distributed.replicate_tables): every
+            # process's entries, so each applies the global batch's update.
+            replicas = table_replicas.gathered_batch(layer, ids, grads, seen)
+            if replicas is not None:
+                ids, grads, seen = replicas
+            rows, summed = _summed_rows(ids, grads, seen, table)
             # The layer's rule on copies of its rows, which it may
             # overwrite (`adam_rows_in_place`).
             new_rows, new_slot_rows = layer.table_optimizer.update_in_place(
@@ -99,6 +105,11 @@ class _SparseUpdate(torch.autograd.Function):
             table.index_copy_(0, rows, new_rows.to(table.dtype))
             for slot, slot_rows in zip(slots, new_slot_rows):
                 slot.index_copy_(0, rows, slot_rows.to(slot.dtype))
+            if replicas is not None:
+                # No gradient for DDP to average and torch's optimizer to
+                # apply: the step counts on in place (`replicate`).
+                layer.step.value.data.add_(1)
+                return None, None, None, None, None
             return None, step.detach() + 1, None, None, None
 
 
