@@ -402,3 +402,23 @@ def test_delta_of_a_table_without_index_uses_ids_as_keys():
     np.testing.assert_array_equal(now[kept], first[kept])
     assert not np.allclose(now[1], first[1])
     assert table.delta(since=table.mark()).rows.size == 0
+
+
+def test_delta_counts_ttl_expired_keys_as_evicted():
+    # TTL (docs/growable_embedding.md, "Expiry by age"): a key absent from
+    # `ttl` growing lookups in a row expires at the next one, through the
+    # same release as eviction, so a delta lists it with the evicted keys
+    # and a new key takes its freed row.
+    index = KeyIndex("int64", ttl=1)
+    table = GrowableEmbedding(2, initial_capacity=4, key_index=index, seed=3)
+    table.build()
+    index.lookup([10, 20])  # rows 1, 2; tick 1
+    mark = table.mark()
+    index.lookup([10])  # tick 2: 20 absent once
+    rows = index.lookup([30])  # tick 3: 20 (age 2 > 1) expires first
+    # 10 was seen at tick 2: age 1, not expired. 30 takes 20's freed row.
+    assert rows.tolist() == [2] and index.keys() == [10, 30]
+    change = table.delta(since=mark)
+    assert change.keys_evicted == [20]
+    assert change.keys_added == [30] and change.key_rows.tolist() == [2]
+    assert index.expirations == 1 and index.take_reset_rows().tolist() == [2]
