@@ -26,7 +26,7 @@ def replicate_tables(model):
     batches, rows, optimizer slots and step. Keys (`KeyIndex`) must get the
     same rows on every process: look up the global batch on every process,
     then take this process's slice (docs/distributed.md, "Growable tables
-    under DDP"). Call it on every process after
+    under torch DDP"). Call it on every process after
     `torch.distributed.init_process_group` and before wrapping the model in
     `DistributedDataParallel`; it copies rank 0's tables (seed, rows,
     slots, step) to the other ranks. torch backend only.
