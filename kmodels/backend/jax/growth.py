@@ -219,3 +219,10 @@ def train_step_runner(model, retrace):
         model.make_train_function(force=True)
     # Keras' jitted step; it retraces for new shapes by itself.
     return None
+
+
+def global_batches(batches):
+    """The batches a step consumes, as they are: the step sees the whole
+    global batch here (TensorFlow's `MirroredStrategy` is the one engine
+    that hands it per-replica slices)."""
+    return batches

@@ -158,3 +158,10 @@ def train_step_runner(model, retrace):
     # Keras' step (made again for new shapes under torch.compile:
     # `kmodels.backend.torch.steps`).
     return None
+
+
+def global_batches(batches):
+    """The batches a step consumes, as they are: the step sees the whole
+    global batch here (TensorFlow's `MirroredStrategy` is the one engine
+    that hands it per-replica slices)."""
+    return batches
