@@ -186,6 +186,21 @@ def test_report_shows_step_over_floor_and_the_target():
     ]
     assert row["value"] == pytest.approx(250.0 / 180.0)
     assert row["met"] == "no"
+    # Without the original's record: still the fastest backend's step.
+    (row,) = [
+        t
+        for t in report.evaluate_targets(results[1:])
+        if "matmul floor" in t["target"]
+    ]
+    assert (row["backend"], row["met"]) == ("jax", "no")
+    # The fastest backend without a floor: "n/a", not another backend's.
+    faster_torch = results[1:3] + [_ok("seq2seq_train", "torch", 100.0)]
+    (row,) = [
+        t
+        for t in report.evaluate_targets(faster_torch)
+        if "matmul floor" in t["target"]
+    ]
+    assert (row["backend"], row["value"], row["met"]) == ("torch", None, "n/a")
     meta = {
         "created": "2026-12-03 01:00",
         "quick": False,
