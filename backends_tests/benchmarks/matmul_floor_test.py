@@ -1,8 +1,10 @@
 """The matmul floor of the Seq2Seq train step (issue 29): its list of
 matrix products against a count written out by hand, the floor as FLOPs /
-rate for injected rates (no timing), its column in the report and its
-target row, and one tiny timed product on the current backend."""
+rate for injected rates (no timing), its column, per-shape table and target
+row in the report; on the current backend, the timed product against NumPy
+and the rate arithmetic under a fake clock."""
 
+import numpy as np
 import pytest
 
 from benchmarks import flops
@@ -215,11 +217,34 @@ def test_report_shows_step_over_floor_and_the_target():
     )
 
 
-def test_a_timed_product_has_a_positive_rate():
-    # One tiny product with the backend's own matmul (a smoke check of the
-    # timing loop: the rate is FLOPs over a positive time).
-    rate = matmul.shape_rate((2, 3, 4, 5), reps=1, min_ms=0.1)
-    assert 0 < rate < 1e6
+def test_backend_matmul_is_the_product_numpy_computes():
+    import keras
+
+    rng = np.random.default_rng(1)
+    for lead in ((), (3,)):
+        a = rng.standard_normal(lead + (4, 5)).astype("float32")
+        b = rng.standard_normal(lead + (5, 6)).astype("float32")
+        got = matmul.backend_matmul()(
+            keras.ops.convert_to_tensor(a), keras.ops.convert_to_tensor(b)
+        )
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(got), a @ b, rtol=1e-5, atol=1e-5
+        )
+
+
+def test_shape_rate_is_flops_over_the_time_per_call():
+    # A fake clock that advances 1 ms per reading: each warm-up product
+    # "takes" 1 ms, so a 3 ms timing runs 3 calls between two readings
+    # 1 ms apart: 1/3 ms per product of 2 * 2*3*4*5 = 240 FLOPs.
+    ticks = iter(range(1000))
+
+    def clock():
+        return next(ticks) * 1e-3
+
+    rate = matmul.shape_rate((2, 3, 4, 5), reps=3, min_ms=3.0, clock=clock)
+    assert rate == pytest.approx(240 / (1e-3 / 3) / 1e9, rel=1e-9)
+    # 2 warm-up calls (2 readings each), then 3 timings (2 readings each).
+    assert next(ticks) == 10
 
 
 def test_report_has_the_floor_table_per_shape():
