@@ -74,7 +74,8 @@ def _train_flops(sizes, target_in):
 def train_step(sizes, timing):
     """`kmodels.seq2seq.Translator` + Adam + `masked_loss`, one
     `train_on_batch` per step on a right-padded batch (backend's default
-    compilation: compiled on TensorFlow and JAX, eager on torch)."""
+    compilation: compiled on TensorFlow and JAX, eager on torch). Then,
+    in the same process, the step's matmul floor (`_matmul_floor`)."""
     step, target_in = _translator_step(sizes, contracts=True)
     stats = measure(step, **timing)
     return dict(
