@@ -103,3 +103,121 @@ def transformer_classifier_train_step(
     )
     forward += dense_forward(batch, dim, classes)
     return TRAIN_FACTOR * forward
+
+
+# The matmul floor of the Seq2Seq train step (issue 29): the step's matrix
+# products, one by one, with their exact shapes. A product is
+# `count` x a `(batch, m, k) @ (batch, k, n)` product (`batch` 1: a plain
+# `(m, k) @ (k, n)`), `2 * count * batch * m * k * n` FLOPs.
+
+
+def product(name, m, k, n, batch=1, count=1):
+    """One entry of a product list: a dict `{name, batch, m, k, n, count,
+    flops}`."""
+    return {
+        "name": name,
+        "batch": batch,
+        "m": m,
+        "k": k,
+        "n": n,
+        "count": count,
+        "flops": 2 * count * batch * m * k * n,
+    }
+
+
+def shape_of(entry):
+    """The shape key `(batch, m, k, n)` of a product entry."""
+    return (entry["batch"], entry["m"], entry["k"], entry["n"])
+
+
+def _trained(name, m, k, n, batch=1, count=1):
+    """A product `x (m, k) @ w (k, n)` and the two of its backward pass:
+    the gradient of `x`, `dy (m, n) @ w^T (n, k)`, and of `w`,
+    `x^T (k, m) @ dy (m, n)`."""
+    return [
+        product(f"{name}", m, k, n, batch, count),
+        product(f"{name}: d input", m, n, k, batch, count),
+        product(f"{name}: d weight", k, m, n, batch, count),
+    ]
+
+
+def gru_train_products(name, batch, length, input_dim, units):
+    """A GRU over `length` steps, forward and backward: the input
+    projection of every step at once (`(B L, d) @ (d, 3u)`, its input and
+    kernel gradients); the recurrent product once per step
+    (`(B, u) @ (u, 3u)`, sequential) and its state gradient once per step
+    (`(B, 3u) @ (3u, u)`, sequential); the recurrent kernel's gradient as one
+    product over all steps (`(u, B L) @ (B L, 3u)`: the states are known
+    after the forward pass). `3 x gru_forward` FLOPs."""
+    rows = batch * length
+    gates = 3 * units
+    return _trained(f"{name} input projection", rows, input_dim, gates) + [
+        product(f"{name} recurrent step", batch, units, gates, count=length),
+        product(
+            f"{name} recurrent step: d state",
+            batch,
+            gates,
+            units,
+            count=length,
+        ),
+        product(f"{name} recurrent: d kernel", units, rows, gates),
+    ]
+
+
+def attention_train_products(batch, query_length, value_length, units):
+    """Single-head cross-attention, forward and backward: the Q, K, V and
+    output projections with their gradients, the scores `Q K^T` and the
+    weighted sum `P V` per sequence (batched) with the gradients of both
+    operands. `3 x attention_forward` FLOPs."""
+    tq, tv = batch * query_length, batch * value_length
+    products = _trained("attention query projection", tq, units, units)
+    products += _trained("attention key projection", tv, units, units)
+    products += _trained("attention value projection", tv, units, units)
+    products += [
+        product("attention scores Q K^T", query_length, units, value_length,
+                batch),
+        product("attention scores: d Q", query_length, value_length, units,
+                batch),
+        product("attention scores: d K", value_length, query_length, units,
+                batch),
+        product("attention weighted sum P V", query_length, value_length,
+                units, batch),
+        product("attention weighted sum: d P", query_length, units,
+                value_length, batch),
+        product("attention weighted sum: d V", value_length, query_length,
+                units, batch),
+    ]  # fmt: skip
+    products += _trained("attention output projection", tq, units, units)
+    return products
+
+
+def seq2seq_train_products(
+    batch, source_length, target_length, vocabulary, units
+):
+    """Every matrix product of one Seq2Seq train step, dense (padded
+    positions included), forward and backward: the encoder's two GRUs,
+    the decoder GRU, the cross-attention and the output Dense
+    (`(B T, u) @ (u, V)` and its two gradients). Their FLOPs add up to
+    `seq2seq_train_step`."""
+    products = []
+    for direction in ("encoder forward GRU", "encoder backward GRU"):
+        products += gru_train_products(
+            direction, batch, source_length, units, units
+        )
+    products += gru_train_products(
+        "decoder GRU", batch, target_length, units, units
+    )
+    products += attention_train_products(
+        batch, target_length, source_length, units
+    )
+    products += _trained(
+        "output projection", batch * target_length, units, vocabulary
+    )
+    return products
+
+
+def matmul_floor_ms(products, rates):
+    """The matmul floor in ms: the sum over `products` of each product's
+    FLOPs divided by the GFLOP/s `rates[shape_of(product)]` measured for
+    its shape."""
+    return sum(p["flops"] / rates[shape_of(p)] / 1e6 for p in products)

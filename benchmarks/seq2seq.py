@@ -9,6 +9,7 @@ import numpy as np
 
 from benchmarks import data
 from benchmarks import flops
+from benchmarks import matmul
 from benchmarks.child import require
 from benchmarks.timing import PROFILE
 from benchmarks.timing import measure
@@ -73,10 +74,37 @@ def _train_flops(sizes, target_in):
 def train_step(sizes, timing):
     """`kmodels.seq2seq.Translator` + Adam + `masked_loss`, one
     `train_on_batch` per step on a right-padded batch (backend's default
-    compilation: compiled on TensorFlow and JAX, eager on torch)."""
+    compilation: compiled on TensorFlow and JAX, eager on torch). Then,
+    in the same process, the step's matmul floor (`_matmul_floor`)."""
     step, target_in = _translator_step(sizes, contracts=True)
     stats = measure(step, **timing)
-    return dict(stats, flops=_train_flops(sizes, target_in))
+    return dict(
+        stats,
+        flops=_train_flops(sizes, target_in),
+        **_matmul_floor(sizes, target_in, timing),
+    )
+
+
+def _matmul_floor(sizes, target_in, timing):
+    """`matmul_floor_ms`, the step's matrix products at the GFLOP/s this
+    backend's matmul reaches on each of their shapes in this process
+    (`benchmarks.matmul.matmul_floor`), and `matmul_floor`, its table per
+    shape. Each shape: `min_steps` timings (5 in a full run) of about
+    `2 x max_seconds` ms each (16 ms)."""
+    products = flops.seq2seq_train_products(
+        sizes["batch"],
+        sizes["source_length"],
+        target_in.shape[1],
+        sizes["vocabulary"],
+        sizes["units"],
+    )
+    rate = functools.partial(
+        matmul.shape_rate,
+        reps=timing["min_steps"],
+        min_ms=2.0 * timing["max_seconds"],
+    )
+    floor_ms, table = matmul.matmul_floor(products, rate=rate)
+    return {"matmul_floor_ms": floor_ms, "matmul_floor": table}
 
 
 def train_step_unchecked(sizes, timing):

@@ -3,8 +3,8 @@
 - `metrics.py`: derived metrics (GFLOP/s, tokens and keys per second,
   compile time) and the measured matmul peak.
 - `targets.py`: the speed and memory targets and their verdicts.
-- `tables.py`: the measurement, compile/memory, breakdown and target
-  tables, as Markdown lines or `rich` tables.
+- `tables.py`: the measurement, compile/memory, breakdown, matmul floor
+  and target tables, as Markdown lines or `rich` tables.
 - `docs_page.py`: the results section of `docs/benchmarks.md` and its
   chart.
 - `results_json.py`: the results JSON, its schema check and its writer.
@@ -49,9 +49,11 @@ from benchmarks.report.tables import BREAKDOWN_LABELS
 from benchmarks.report.tables import BREAKDOWN_NOTE
 from benchmarks.report.tables import COLUMNS
 from benchmarks.report.tables import COST_NOTE
+from benchmarks.report.tables import FLOOR_NOTE
 from benchmarks.report.tables import TARGET_HEADERS
 from benchmarks.report.tables import breakdown_rows
 from benchmarks.report.tables import cost_rows
+from benchmarks.report.tables import floor_rows
 from benchmarks.report.tables import format_cell
 from benchmarks.report.tables import format_cost
 from benchmarks.report.tables import format_ms
@@ -74,6 +76,7 @@ __all__ = [
     "DOCS_CHART",
     "DOCS_END",
     "DOCS_START",
+    "FLOOR_NOTE",
     "KEYS",
     "OK_KEYS",
     "RECORD_KEYS",
@@ -89,6 +92,7 @@ __all__ = [
     "document",
     "evaluate_targets",
     "first_call_ms",
+    "floor_rows",
     "format_cell",
     "format_cost",
     "format_ms",

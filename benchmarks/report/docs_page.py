@@ -11,9 +11,11 @@ from benchmarks.report.metrics import peak_gflops
 from benchmarks.report.tables import BREAKDOWN_NOTE
 from benchmarks.report.tables import COLUMNS
 from benchmarks.report.tables import COST_NOTE
+from benchmarks.report.tables import FLOOR_NOTE
 from benchmarks.report.tables import TARGET_HEADERS
 from benchmarks.report.tables import breakdown_rows
 from benchmarks.report.tables import cost_rows
+from benchmarks.report.tables import floor_rows
 from benchmarks.report.tables import markdown_table
 from benchmarks.report.tables import measurement_rows
 from benchmarks.report.tables import target_cells
@@ -72,6 +74,12 @@ def markdown(results, targets, meta):
     if breakdown:
         lines += ["", BREAKDOWN_NOTE, ""]
         lines += markdown_table(("part",) + cases_mod.KERAS_BACKENDS, breakdown)
+    floor = floor_rows(results)
+    if floor:
+        lines += ["", FLOOR_NOTE, ""]
+        lines += markdown_table(
+            ("product shape", "products") + cases_mod.KERAS_BACKENDS, floor
+        )
     peak = peak_gflops(results)
     lines += [
         "",

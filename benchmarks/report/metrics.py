@@ -5,8 +5,10 @@ from benchmarks.timing import compile_ms
 
 
 def derive(record):
-    """Adds `gflops` (achieved GFLOP/s at the median) and, for generation,
-    `tokens_per_s` to an "ok" record; returns a new dict."""
+    """Adds `gflops` (achieved GFLOP/s at the median), for generation
+    `tokens_per_s`, and where the record has a matmul floor (the Seq2Seq
+    train step) `matmul_floor_ratio`, median step / floor, to an "ok"
+    record; returns a new dict."""
     record = dict(record)
     if record.get("status") != "ok":
         return record
@@ -17,6 +19,10 @@ def derive(record):
         record["tokens_per_s"] = record["tokens"] / seconds
     if record.get("keys"):
         record["keys_per_s"] = record["keys"] / seconds
+    if record.get("matmul_floor_ms"):
+        record["matmul_floor_ratio"] = (
+            record["median_ms"] / record["matmul_floor_ms"]
+        )
     first = first_call_ms(record)
     if first is not None:
         record["compile_ms"] = compile_ms(first, record["median_ms"])

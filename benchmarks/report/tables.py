@@ -12,7 +12,8 @@ TARGET_HEADERS = ("target", "backend", "value", "goal", "met?", "note")
 
 
 def format_cell(record):
-    """One table cell: `median (q1-q3) ms` plus GFLOP/s or tokens/s; "n/a"
+    """One table cell: `median (q1-q3) ms` plus GFLOP/s or tokens/s (and
+    step / matmul floor where the record has one); "n/a"
     when the code is not available, "error" when the case failed,
     "timeout" when its process ran out of time."""
     if record is None:
@@ -37,6 +38,8 @@ def format_cell(record):
         text += f", {record['tokens_per_s']:,.0f} tok/s"
     if record.get("gflops"):
         text += f", {record['gflops']:.1f} GF/s"
+    if record.get("matmul_floor_ratio"):
+        text += f", {record['matmul_floor_ratio']:.2f}x matmul floor"
     if record.get("keys_per_s"):
         text += f", {record['keys_per_s'] / 1e6:.2f} M keys/s"
     if record.get("rss_growth_mb") is not None:
@@ -172,6 +175,66 @@ BREAKDOWN_NOTE = (
 )
 
 
+FLOOR_CASE = "seq2seq_train"
+FLOOR_NOTE = (
+    "The matmul floor of the Seq2Seq train step (issue 29): each of the "
+    "step's matrix products (forward and backward, padded positions "
+    "included) at the GFLOP/s the backend's own matmul reaches on that "
+    "product's shape, timed in the same process as the step "
+    "(`benchmarks.matmul.matmul_floor`). One row per distinct shape "
+    "`(batch x) m x k @ k x n`: how many products have it, then per "
+    "backend its GFLOP/s and the milliseconds of its products at that rate."
+)
+
+
+def floor_rows(results):
+    """Rows `[shape, products, cell per Keras backend]` of the matmul floor
+    table (shapes in the order of the first backend that has them, then the
+    whole floor and step / floor); an empty list when no `seq2seq_train`
+    record has a floor."""
+    table = index(results)
+    records = {
+        b: (table.get((FLOOR_CASE, b)) or {}) for b in cases_mod.KERAS_BACKENDS
+    }
+    per_shape = {
+        b: {tuple(row["shape"]): row for row in r.get("matmul_floor") or ()}
+        for b, r in records.items()
+    }
+    shapes = []
+    for rows in per_shape.values():
+        shapes += [shape for shape in rows if shape not in shapes]
+    if not shapes:
+        return []
+    out = []
+    for shape in shapes:
+        batch, m, k, n = shape
+        text = f"{m} x {k} @ {k} x {n}"
+        if batch > 1:
+            text = f"{batch} x ({text})"
+        count = next(r[shape]["products"] for r in per_shape.values()
+                     if shape in r)  # fmt: skip
+        cells = [text, str(count)]
+        for b in cases_mod.KERAS_BACKENDS:
+            row = per_shape[b].get(shape)
+            cells.append(
+                "-"
+                if row is None
+                else f"{row['gflops']:.1f} GF/s, {format_ms(row['ms'])} ms"
+            )
+        out.append(cells)
+    total = ["whole floor (step / floor)", ""]
+    for record in records.values():
+        floor = record.get("matmul_floor_ms")
+        if not floor:
+            total.append("-")
+            continue
+        text = f"{format_ms(floor)} ms"
+        if record.get("status") == "ok":
+            text += f" ({record['median_ms'] / floor:.2f}x)"
+        total.append(text)
+    return out + [total]
+
+
 def markdown_table(headers, rows):
     """A Markdown table as lines: the header, the separator, one line per
     row of cells (strings)."""
@@ -249,6 +312,15 @@ def rich_tables(doc):
                 "compiled parts)",
                 ("part",) + cases_mod.KERAS_BACKENDS,
                 breakdown,
+            )
+        )
+    floor = floor_rows(doc["results"])
+    if floor:
+        tables.append(
+            rich_table(
+                "Matmul floor of the Seq2Seq train step, per shape",
+                ("product shape", "products") + cases_mod.KERAS_BACKENDS,
+                floor,
             )
         )
     return tuple(tables) + (targets,)

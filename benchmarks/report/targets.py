@@ -113,6 +113,7 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
             ">=",
         )
     )
+    rows.append(_matmul_floor_target(table, backends))
     for b in backends:
         rows.append(
             _target(
@@ -267,6 +268,31 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
     rows += _keys_targets(table, backends)
     rows += _mixed_precision_targets(table, backends)
     return rows
+
+
+# Issue 29: the best backend's Seq2Seq train step within this factor of its
+# matmul floor (`benchmarks.matmul.matmul_floor`).
+MATMUL_FLOOR_GOAL = 1.25
+
+
+def _matmul_floor_target(table, backends):
+    """Issue 29: the best backend's (the fastest) Seq2Seq train step / its
+    `matmul_floor_ms`, the step's matrix products at the rates that
+    backend's matmul reaches on their shapes in the same process."""
+    steps = {b: _ms(table, "seq2seq_train", b) for b in backends}
+    steps = {b: ms for b, ms in steps.items() if ms is not None}
+    best = min(steps, key=steps.get) if steps else None
+    record = table.get(("seq2seq_train", best)) or {}
+    return _target(
+        "Seq2Seq train: best step / its matmul floor",
+        best or "-",
+        _ratio(
+            _ms(table, "seq2seq_train", best), record.get("matmul_floor_ms")
+        ),
+        MATMUL_FLOOR_GOAL,
+        "<=",
+        note="floor: the step's products at their shapes' measured GFLOP/s",
+    )
 
 
 # The held-out exact match the dates demo must reach (issue 14).
