@@ -401,4 +401,6 @@ def sampling_loop(
         ids = ids.masked_fill_(ended, 0)
         attention.masked_fill_((ids == 0)[..., None], 0.0)
         offset = torch.tensor([0, steps], dtype=seed_state.dtype)
-        return (ids, attention, scores), seed_state + offset.to(seed_state.device)
+        return (ids, attention, scores), seed_state + offset.to(
+            seed_state.device
+        )
