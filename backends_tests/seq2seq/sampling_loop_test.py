@@ -234,10 +234,21 @@ class _HubRandom(keras_hub.samplers.RandomSampler):
     pass
 
 
+# (class, subclass, arguments): at temperature 1 (the native loop skips the
+# scaling there) and another one.
 _HUB = {
     "top_k": (keras_hub.samplers.TopKSampler, _HubTopK, dict(k=3)),
+    "top_k_unit": (
+        keras_hub.samplers.TopKSampler,
+        _HubTopK,
+        dict(k=3, temperature=1.0),
+    ),
     "top_p": (keras_hub.samplers.TopPSampler, _HubTopP, dict(p=0.6)),
-    "top_p_k": (keras_hub.samplers.TopPSampler, _HubTopP, dict(p=0.9, k=4)),
+    "top_p_k": (
+        keras_hub.samplers.TopPSampler,
+        _HubTopP,
+        dict(p=0.9, k=4, temperature=1.0),
+    ),
     "random": (keras_hub.samplers.RandomSampler, _HubRandom, {}),
 }
 
@@ -265,8 +276,9 @@ def test_the_native_loop_draws_keras_hubs_ids(model, name):
         assert native is None
         return
     cls, subclass, kwargs = _HUB[name]
-    native_sampler = cls(temperature=2.5, seed=9, **kwargs)
-    hub_sampler = subclass(temperature=2.5, seed=9, **kwargs)
+    kwargs = dict(dict(temperature=2.5), **kwargs)
+    native_sampler = cls(seed=9, **kwargs)
+    hub_sampler = subclass(seed=9, **kwargs)
     # The second call continues each stream, under the constraints.
     for options in ({}, CONSTRAINED):
         got, want = (

@@ -342,6 +342,7 @@ def sampling_loop(
     with torch.no_grad():
         temperature = torch.as_tensor(temperature, dtype=torch.float32)
         temperature = temperature.to(device)
+        unit = bool(temperature == 1.0)
         seed_state = torch.as_tensor(seed_state)
         first, counter = (int(v) for v in seed_state.tolist())
         batch, s = context.shape[0], context.shape[1]
@@ -372,14 +373,25 @@ def sampling_loop(
                 # A row with no allowed id stops: it writes padding, whose
                 # log-probability (-inf) becomes its score.
                 stopped = ended | torch.isneginf(allowed).all(dim=-1)
-            # The temperature divides the logits less their maximum (as
-            # `kmodels.seq2seq.decoding`'s Keras loop).
-            top = allowed.max(dim=-1, keepdim=True).values
-            scaled = torch.where(
-                allowed == top, 0.0, (allowed - top) / temperature
-            )
-            scaled[:, 0] = -inf
-            scaled = torch.where(stopped[:, None], ended_logits, scaled)
+            if unit:
+                # At temperature 1 the Keras loop's logits less their
+                # maximum have the same softmax, bit for bit: the softmax
+                # subtracts the maximum itself.
+                scaled = allowed
+            else:
+                # The temperature divides the logits less their maximum,
+                # the maximum at 0 (a temperature that float32 flushes to 0
+                # makes it 0 / 0), as `kmodels.seq2seq.decoding`'s Keras
+                # loop.
+                top = allowed.amax(dim=-1, keepdim=True)
+                scaled = torch.sub(allowed, top).div_(temperature)
+                scaled.masked_fill_(allowed == top, 0.0)
+                scaled[:, 0] = -inf
+            if bool(stopped.any()):
+                if scaled is logits:
+                    # The logits give the scores below.
+                    scaled = scaled.clone()
+                scaled[stopped] = ended_logits
             generator = _seeded_generator(first, counter + i, device)
             nxt = _draw(torch.softmax(scaled, dim=-1), rule, generator)
             # The score: the model's own log-probability of the id (0 once
