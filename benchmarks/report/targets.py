@@ -152,6 +152,21 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
                 "<=",
             )
         )
+    # Issue 29: sampling as cheap as greedy decoding (torch: the native
+    # sampling loop, `kmodels.backend.decoding.sampling_loop`).
+    for b in backends:
+        rows.append(
+            _target(
+                "Generation: top-k (k=10) / greedy time",
+                b,
+                _ratio(
+                    _ms(table, "generate_top_k", b), _ms(table, "generate", b)
+                ),
+                1.2,
+                "<=",
+                note="torch: the native sampling loop" if b == "torch" else "",
+            )
+        )
     for b in backends:
         rows.append(
             _target(

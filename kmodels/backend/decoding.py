@@ -148,3 +148,82 @@ def beam_loop(
         return_all_beams,
         constraints,
     )
+
+
+def sampling_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    rule,
+    temperature,
+    seed_state,
+    constraints=None,
+):
+    """Random, top-k or top-p sampling of `decoder` over an encoded
+    `context`, or None.
+
+    The loop of `Translator.generate(..., sampler="random" | "top_k" |
+    "top_p")`, which runs keras-hub's `RandomSampler`, `TopKSampler` or
+    `TopPSampler` at temperature 1 on logits the step has divided by
+    `temperature`: at each step the padding id 0 is excluded, the ids
+    `constraints` refuse are removed, the logits less their maximum are
+    divided by `temperature`, and one id is drawn per row from their
+    softmax, cut to the `k` most likely ids (top-k) or to the most likely
+    ids whose predecessors' probabilities sum to at most `p` (top-p, after
+    an optional top-`k` cut), renormalised. A row stops at `end_id`; a row
+    with no allowed id stops with padding and scores `-inf`. The draws are
+    keras-hub's on torch, from the same stream: step `i` draws from a
+    `torch.Generator` seeded with `first + counter + i` (mod 2**32), where
+    `seed_state = (first, counter)` is the sampler's `SeedGenerator` state,
+    so the ids equal those of keras-hub's loop with that state.
+
+    Args:
+        decoder: a built `kmodels.seq2seq.Decoder`.
+        context: float `(batch, s, units)`, the encoder's output.
+        context_mask: bool `(batch, s)`, True at real context tokens.
+        start_id: int, the first id fed to the decoder.
+        end_id: int, the id that ends a row.
+        max_length: int >= 1, the generated positions.
+        rule: `(kind, k, p)`: `("random", None, None)`, `("top_k", k,
+            None)` or `("top_p", k or None, p)`, as the sampler's
+            arguments.
+        temperature: float32 scalar > 0.
+        seed_state: int `(2,)`, the sampler's `SeedGenerator` state where
+            the stream starts.
+        constraints: a `kmodels.seq2seq.constraints.Constraints` or None.
+
+    Returns:
+        `((ids, attention, scores), seed_state)`: int32 `(batch,
+        max_length)`, float `(batch, max_length, s)`, float32 `(batch,)`
+        (the sum of the model's own log-probabilities, softmax over every
+        id but 0 at temperature 1, of the generated ids up to and including
+        the end id) and the stream's state after the loop (advanced by one
+        per step keras-hub's loop would have run); or None where the
+        backend compiles keras-hub's loop instead (TensorFlow, JAX).
+
+    Example (torch; a `Translator` `model` and int32 `tokens`):
+
+    ```python
+    from kmodels.seq2seq.masking import padding_mask
+    (ids, attention, scores), state = sampling_loop(
+        model.decoder, model.encoder(tokens), padding_mask(tokens),
+        model.start_id, model.end_id, 8, ("top_k", 5, None), 1.0,
+        [7, 0],
+    )
+    ```
+    """
+    return native.decoding.sampling_loop(
+        decoder,
+        context,
+        context_mask,
+        start_id,
+        end_id,
+        max_length,
+        rule,
+        temperature,
+        seed_state,
+        constraints,
+    )

@@ -32,7 +32,9 @@ On torch, where the samplers' loops run eagerly, greedy decoding and beam
 search at temperature 1 (`"greedy"`, `"beam"` or a plain `GreedySampler`
 or `BeamSampler` instance) run natively instead
 (`kmodels.backend.decoding`): the same search, in torch operations on the
-layers' variables.
+layers' variables. So do random, top-k and top-p sampling (`"random"`,
+`"top_k"`, `"top_p"` or a plain `RandomSampler`, `TopKSampler` or
+`TopPSampler` instance): the same draws from the same random stream.
 """
 
 import keras
@@ -314,6 +316,26 @@ def _decode(
         )
         if native is not None:
             return native, states
+    rule = _sampling_rule(sampler)
+    if rule is not None and num_beams == 1 and temperature is not None:
+        # torch runs keras-hub's sampler loops eagerly; its native loop
+        # draws the same ids from the same stream (None on TensorFlow and
+        # JAX, which compile keras-hub's loop).
+        native = native_decoding.sampling_loop(
+            model.decoder,
+            context,
+            context_mask,
+            model.start_id,
+            end_id,
+            max_length,
+            rule,
+            temperature,
+            states[0],
+            constraints,
+        )
+        if native is not None:
+            outputs, state = native
+            return outputs, [state]
     # torch: the decoder's step in torch operations (None elsewhere).
     native_step = native_decoding.decoder_step(
         model.decoder, context, context_mask
@@ -449,6 +471,24 @@ def _decode(
 
     ids, attention, score = beams(ids), beams(attention), beams(score)
     return _ranked(ids, attention, score, return_all_beams), states
+
+
+def _sampling_rule(sampler):
+    """`(kind, k, p)` of a keras-hub `RandomSampler`, `TopKSampler` or
+    `TopPSampler` (exactly these classes, at temperature 1: a subclass may
+    draw otherwise), for `kmodels.backend.decoding.sampling_loop`; None
+    for any other sampler."""
+    samplers = keras_hub.samplers
+    if sampler.temperature != 1.0 or len(sampler.variables) != 1:
+        return None
+    if type(sampler) is samplers.RandomSampler:
+        return ("random", None, None)
+    if type(sampler) is samplers.TopKSampler:
+        return ("top_k", int(sampler.k), None)
+    if type(sampler) is samplers.TopPSampler:
+        k = None if sampler.k is None else int(sampler.k)
+        return ("top_p", k, float(sampler.p))
+    return None
 
 
 def check_search(

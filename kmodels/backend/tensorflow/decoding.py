@@ -26,3 +26,19 @@ def beam_loop(
 ):
     # Nothing to do: `Translator.generate` compiles keras-hub's beam loop.
     return None
+
+
+def sampling_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    rule,
+    temperature,
+    seed_state,
+    constraints,
+):
+    # Nothing to do: `Translator.generate` compiles keras-hub's sampler loop.
+    return None

@@ -279,3 +279,140 @@ def beam_loop(
         if return_all_beams:
             return ids, attention, scores
         return ids[:, 0], attention[:, 0], scores[:, 0]
+
+
+def _seeded_generator(seed_state, counter, device):
+    """The generator keras' `keras.random.categorical` makes on torch from a
+    `SeedGenerator` whose state is `(first, counter)`: seeded with their
+    sum, as a uint32 (`keras.src.backend.torch.random.torch_seed_generator`)."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed((seed_state + counter) & 0xFFFFFFFF)
+    return generator
+
+
+def _categorical(log_probs, generator):
+    # `keras.random.categorical(log_probs, 1)` on torch: a softmax, then
+    # one multinomial draw per row.
+    probs = torch.softmax(log_probs, dim=-1)
+    return torch.multinomial(probs, 1, replacement=True, generator=generator)
+
+
+def _draw(probabilities, rule, generator):
+    """The next ids `(rows,)` as keras-hub's `RandomSampler`,
+    `TopKSampler` or `TopPSampler.get_next_token` draws them on torch, with
+    the same operations (so the same draws from the same generator)."""
+    kind, k, p = rule
+    if kind == "random":
+        return _categorical(torch.log(probabilities), generator)[:, 0]
+    if kind == "top_k":
+        top, index = torch.topk(probabilities, k, sorted=False)
+        choice = _categorical(torch.log(top), generator)
+        return index.gather(1, choice)[:, 0]
+    cutoff = probabilities.shape[1] if k is None else k
+    top, index = torch.topk(probabilities, cutoff, sorted=True)
+    keep = torch.cumsum(top, dim=-1) <= p
+    # The most likely id is always kept, and each id whose predecessors sum
+    # to at most p.
+    keep = torch.cat([torch.ones_like(keep[:, :1]), keep[:, :-1]], dim=-1)
+    top = torch.where(keep, top, torch.zeros_like(top))
+    choice = _categorical(torch.log(top), generator)
+    return index.gather(1, choice)[:, 0]
+
+
+def sampling_loop(
+    decoder,
+    context,
+    context_mask,
+    start_id,
+    end_id,
+    max_length,
+    rule,
+    temperature,
+    seed_state,
+    constraints,
+):
+    step = decoder_step(decoder, context, context_mask)
+    if step is None:
+        return None
+    context = torch.as_tensor(context)
+    device = context.device
+    refuse = _refusals(constraints, end_id, device)
+    dtype = getattr(torch, decoder.compute_dtype)
+    inf = float("inf")
+    with torch.no_grad():
+        temperature = torch.as_tensor(temperature, dtype=torch.float32)
+        temperature = temperature.to(device)
+        unit = bool(temperature == 1.0)
+        seed_state = torch.as_tensor(seed_state)
+        first, counter = (int(v) for v in seed_state.tolist())
+        batch, s = context.shape[0], context.shape[1]
+        # The ids as sampled (the end id and what follows are made padding
+        # at the end, as in the Keras loop).
+        ids = torch.zeros((batch, max_length), dtype=torch.int32, device=device)
+        attention = torch.zeros(
+            (batch, max_length, s), dtype=dtype, device=device
+        )
+        scores = torch.zeros((batch,), dtype=torch.float32, device=device)
+        token = torch.full((batch,), start_id, dtype=torch.long, device=device)
+        state = torch.zeros((batch, decoder.units), dtype=dtype, device=device)
+        # A row that has ended may only produce the padding id.
+        vocabulary = decoder.output_layer.kernel.shape[-1]
+        ended_logits = torch.full((1, vocabulary), -inf, device=device)
+        ended_logits[:, 0] = 0.0
+        # keras-hub's loop runs until every row has produced the end id (a
+        # row with no allowed id never does), drawing one seed per step.
+        steps = max_length
+        for i in range(max_length):
+            logits, state, weights = step(token, state)
+            logits[:, 0] = -inf
+            ended = (token == end_id) | (token == 0)
+            if refuse is None:
+                stopped, allowed = ended, logits
+            else:
+                allowed = refuse(logits.clone(), ids, i)
+                # A row with no allowed id stops: it writes padding, whose
+                # log-probability (-inf) becomes its score.
+                stopped = ended | torch.isneginf(allowed).all(dim=-1)
+            if unit:
+                # At temperature 1 the Keras loop's logits less their
+                # maximum have the same softmax, bit for bit: the softmax
+                # subtracts the maximum itself.
+                scaled = allowed
+            else:
+                # The temperature divides the logits less their maximum,
+                # the maximum at 0 (a temperature that float32 flushes to 0
+                # makes it 0 / 0), as `kmodels.seq2seq.decoding`'s Keras
+                # loop.
+                top = allowed.amax(dim=-1, keepdim=True)
+                scaled = torch.sub(allowed, top).div_(temperature)
+                scaled.masked_fill_(allowed == top, 0.0)
+                scaled[:, 0] = -inf
+            if bool(stopped.any()):
+                if scaled is logits:
+                    # The logits give the scores below.
+                    scaled = scaled.clone()
+                scaled[stopped] = ended_logits
+            generator = _seeded_generator(first, counter + i, device)
+            nxt = _draw(torch.softmax(scaled, dim=-1), rule, generator)
+            # The score: the model's own log-probability of the id (0 once
+            # a row has ended).
+            chosen = torch.log_softmax(logits, dim=-1).gather(1, nxt[:, None])
+            scores = scores + torch.where(ended, 0.0, chosen[:, 0])
+            ids[:, i] = nxt.to(torch.int32)
+            attention[:, i] = weights
+            token = nxt
+            if bool(((nxt == end_id) | (nxt == 0)).all()):
+                # The remaining steps would write padding at no score; the
+                # stream advances as keras-hub's loop would have.
+                if not bool((ids[:, : i + 1] == end_id).any(dim=1).all()):
+                    steps = max_length
+                else:
+                    steps = i + 1
+                break
+        ended = torch.cumsum(ids == end_id, dim=1) > 0
+        ids = ids.masked_fill_(ended, 0)
+        attention.masked_fill_((ids == 0)[..., None], 0.0)
+        offset = torch.tensor([0, steps], dtype=seed_state.dtype)
+        return (ids, attention, scores), seed_state + offset.to(
+            seed_state.device
+        )
