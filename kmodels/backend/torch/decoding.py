@@ -284,7 +284,7 @@ def beam_loop(
 def _seeded_generator(seed_state, counter, device):
     """The generator keras' `keras.random.categorical` makes on torch from a
     `SeedGenerator` whose state is `(first, counter)`: seeded with their
-    sum, as a uint32 (`keras.src.backend.torch.random.torch_seed_generator`)."""
+    sum, as a uint32 (as Keras' torch random module seeds it)."""
     generator = torch.Generator(device=device)
     generator.manual_seed((seed_state + counter) & 0xFFFFFFFF)
     return generator
