@@ -70,7 +70,8 @@ def growth_event(sizes, timing):
     where it goes, medians over the growth fits (`_growth_breakdown`):
     `grow_ms`, the growth itself (new rows and slots written, before the
     step); on JAX `trace_ms` and `compile_ms`, the retrace and the XLA
-    compilation of the step for the new shapes."""
+    compilation of the step for the new shapes; and `recompilations`,
+    the growth fits whose step recompiled (`EmbeddingGrowth`'s count)."""
     EmbeddingGrowth = require("kmodels.callbacks", "EmbeddingGrowth")
 
     class TimedGrowth(EmbeddingGrowth):
@@ -86,6 +87,7 @@ def growth_event(sizes, timing):
     ids, target = _batch(sizes)
 
     def fit(x):
+        growth = TimedGrowth()
         t0 = time.perf_counter()
         model.fit(
             x,
@@ -94,8 +96,9 @@ def growth_event(sizes, timing):
             epochs=1,
             shuffle=False,
             verbose=0,
-            callbacks=[TimedGrowth()],
+            callbacks=[growth],
         )
+        spent["recompilations"] = growth.recompilations
         return time.perf_counter() - t0
 
     fit(ids)  # compiles
@@ -118,6 +121,9 @@ def growth_event(sizes, timing):
     result["growth_cost_ms"] = result["median_ms"] - steady["median_ms"]
     result["capacities"] = capacities
     result.update(_growth_breakdown(parts))
+    # Growth fits whose step recompiled (on JAX a growth within the
+    # table's reserve does not: docs/growable_embedding.md).
+    result["recompilations"] = sum(p["recompilations"] for p in parts)
     return dict(result, flops=0)
 
 

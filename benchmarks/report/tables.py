@@ -50,6 +50,8 @@ def format_cell(record):
                 f"{format_ms(record['trace_ms'])}, compile "
                 f"{format_ms(record['compile_ms'])})"
             )
+        if record.get("recompilations") is not None:
+            text += f", {record['recompilations']} recompiled"
     return text
 
 
