@@ -149,7 +149,7 @@ def test_growth_is_invisible(optimizer):
             assert [e["to"] for e in growth.log] == [4, 16, 32]
             assert growth.growths <= math.ceil(math.log2(32 / 2))
             if keras.backend.backend() == "jax":
-                # The step holds the table padded to growth_factor**2 times
+                # The step holds the table padded to 4x (growth_factor**2)
                 # the capacity a growth reached: 4 -> 16 rows (16 fits),
                 # 32 -> 128: two recompilations. XLA compiled the step
                 # exactly that often (the first growth comes before the
@@ -284,6 +284,32 @@ def test_callbacks_see_the_logical_table_during_fit():
     assert layer.capacity == 16 and _table(layer).shape == (16, 2)
 
 
+def test_large_growth_factors_reserve_at_most_four_times():
+    # growth_factor=8: a growth passes any reserve of at most 4x the
+    # capacity (JAX), so every growth recompiles, on every backend.
+    layer = GrowableEmbedding(
+        2, initial_capacity=2, growth_factor=8, optimizer="sgd", seed=0
+    )
+    model = _model(layer)
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.array([[0, 1], [5, 9], [20, 100]], "int32")  # 2 -> 16 -> 128
+    growth = EmbeddingGrowth()
+    with _train_step_compilations() as compiled:
+        model.fit(
+            x,
+            np.zeros((3, 1)),
+            batch_size=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[growth],
+        )
+    assert [e["to"] for e in growth.log] == [16, 128]
+    assert growth.recompilations == growth.growths == 2
+    if keras.backend.backend() == "jax":
+        # The first step, then one per growth.
+        assert compiled == [1 + growth.recompilations]
+
+
 def test_growth_count_is_logarithmic():
     layer = GrowableEmbedding(2, initial_capacity=2, optimizer="sgd", seed=0)
     model = _model(layer)
@@ -303,7 +329,7 @@ def test_growth_count_is_logarithmic():
     bound = math.ceil(math.log2(64 / 2))
     assert growth.growths == bound == 5
     if keras.backend.backend() == "jax":
-        # The step holds the table padded to growth_factor**2 times the
+        # The step holds the table padded to 4x (growth_factor**2) the
         # capacity a growth reached: 4 -> 16 rows (8 and 16 fit), 32 -> 128
         # (64 fits).
         assert growth.recompilations == 2

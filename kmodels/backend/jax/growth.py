@@ -160,13 +160,17 @@ def capacity_of(variable):
 # ---------------------------------------------------- padded train state
 # Under `EmbeddingGrowth`, the jitted train step receives each table and
 # its slots padded to `compiled_rows(layer)`, a reserve of
-# `growth_factor ** 2` times the capacity set at a growth: the next
+# `min(growth_factor ** 2, 4)` times the capacity set at a growth: the next
 # growths fit in it and keep the compiled step (no retrace, no XLA
 # compilation). The model's variables keep the logical capacity: the
 # padding lives only in the state Keras' trainer passes from step to step
 # during an epoch, and is cut off whenever that state is written back
 # (`padded_state_scope`). No id reaches a padding row: the hook grew the
 # table for every id of the batch before the step.
+
+
+# The most rows, as a multiple of the capacity, the step holds a table at.
+RESERVE_LIMIT = 4.0
 
 
 def _paddable(layer):
@@ -193,8 +197,9 @@ def compiled_rows(layer):
         # costs nothing.
         rows = capacity
     elif rows < capacity:
-        factor = float(layer.growth_factor)
-        rows = int(math.ceil(capacity * factor * factor))
+        # Room for two more growths, at most 4x the rows (memory).
+        reserve = min(float(layer.growth_factor) ** 2, RESERVE_LIMIT)
+        rows = int(math.ceil(capacity * reserve))
         limit = layer.row_limit
         if limit is not None:
             rows = min(rows, max(int(limit), capacity))
