@@ -26,7 +26,10 @@ functions below:
 - `wrap_train_function`: run a growth hook on each batch, with concrete data,
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
-  `train_step_runner` says which step runs then.
+  `train_step_runner` says which step runs then. On JAX the hook also
+  hands the step each table padded to a reserve (`compiled_rows`; the
+  JAX module's `pad_step_state`, `unpad_tables`, `padded_state_scope`),
+  so that a growth within it keeps the compiled step.
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`
