@@ -2,6 +2,7 @@
 `keras.layers.Embedding` at 10k and 1M rows, the cost of one growth, and
 the cost of restarting the rows a bounded `KeyIndex` evicted in one step."""
 
+import contextlib
 import time
 
 import numpy as np
@@ -65,13 +66,28 @@ def growth_event(sizes, timing):
     `kmodels.callbacks.EmbeddingGrowth`: a one-batch `fit` whose batch holds one
     id past the capacity (one growth, the step recompiles) minus the same
     one-batch `fit` without a new id. Reported: the growth fits' times, the
-    steady fits' median and their difference (`growth_cost_ms`)."""
+    steady fits' median and their difference (`growth_cost_ms`), and
+    where it goes, medians over the growth fits (`_growth_breakdown`):
+    `grow_ms`, the growth itself (new rows and slots written, before the
+    step); on JAX `trace_ms` and `compile_ms`, the retrace and the XLA
+    compilation of the step for the new shapes; and `recompilations`,
+    the growth fits whose step recompiled (`EmbeddingGrowth`'s count)."""
     EmbeddingGrowth = require("kmodels.callbacks", "EmbeddingGrowth")
+
+    class TimedGrowth(EmbeddingGrowth):
+        def apply(self, plan):
+            t0 = time.perf_counter()
+            super().apply(plan)
+            _block(layer)
+            spent["grow"] += time.perf_counter() - t0
+
+    spent = {}
     layer = _growable(sizes)
     model = _model(layer, sizes)
     ids, target = _batch(sizes)
 
     def fit(x):
+        growth = TimedGrowth()
         t0 = time.perf_counter()
         model.fit(
             x,
@@ -80,18 +96,23 @@ def growth_event(sizes, timing):
             epochs=1,
             shuffle=False,
             verbose=0,
-            callbacks=[EmbeddingGrowth()],
+            callbacks=[growth],
         )
+        spent["recompilations"] = growth.recompilations
         return time.perf_counter() - t0
 
     fit(ids)  # compiles
     repeats = max(1, min(3, timing["min_steps"]))
     steady = summarize([fit(ids) for _ in range(repeats)])
-    grown, capacities = [], [layer.capacity]
+    grown, capacities, parts = [], [layer.capacity], []
     for _ in range(repeats):
         new_ids = ids.copy()
         new_ids[0, 0] = layer.capacity  # one id past the end: one growth
-        grown.append(fit(new_ids))
+        spent.clear()
+        spent.update(grow=0.0, trace=0.0, compile=0.0)
+        with _compile_timer(spent):
+            grown.append(fit(new_ids))
+        parts.append(dict(spent))
         capacities.append(layer.capacity)
     if len(set(capacities)) != len(capacities):
         raise RuntimeError(f"the table did not grow: capacities {capacities}")
@@ -99,7 +120,61 @@ def growth_event(sizes, timing):
     result["steady_median_ms"] = steady["median_ms"]
     result["growth_cost_ms"] = result["median_ms"] - steady["median_ms"]
     result["capacities"] = capacities
+    result.update(_growth_breakdown(parts))
+    # Growth fits whose step recompiled (on JAX a growth within the
+    # table's reserve does not: docs/growable_embedding.md).
+    result["recompilations"] = sum(p["recompilations"] for p in parts)
     return dict(result, flops=0)
+
+
+def _growth_breakdown(parts):
+    """Medians, in ms, of the per-fit seconds in `parts`: `grow_ms`, and
+    on JAX `trace_ms` and `compile_ms` (`None` elsewhere)."""
+    import keras
+
+    jax = keras.backend.backend() == "jax"
+    out = {}
+    for name in ("grow", "trace", "compile"):
+        if name == "grow" or jax:
+            out[f"{name}_ms"] = summarize([p[name] for p in parts])["median_ms"]
+        else:
+            out[f"{name}_ms"] = None
+    return out
+
+
+def _block(layer):
+    # JAX dispatches asynchronously: wait for the grown table and slots.
+    for variable in (layer.embeddings, *layer.slot_variables):
+        getattr(variable.value, "block_until_ready", lambda: None)()
+
+
+@contextlib.contextmanager
+def _compile_timer(spent):
+    """On JAX, adds the seconds JAX reports for tracing (jaxpr and MLIR)
+    and XLA compilation inside the scope to `spent["trace"]` and
+    `spent["compile"]` (`jax.monitoring` events); elsewhere does nothing."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        yield
+        return
+    import jax
+
+    kinds = {
+        "/jax/core/compile/jaxpr_trace_duration": "trace",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration": "trace",
+        "/jax/core/compile/backend_compile_duration": "compile",
+    }
+
+    def listen(event, seconds, **kwargs):
+        if event in kinds:
+            spent[kinds[event]] += seconds
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def eviction_reset(sizes, timing):

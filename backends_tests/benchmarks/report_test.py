@@ -117,6 +117,33 @@ def test_targets_ratios_and_verdicts():
     assert pos["value"] is None and pos["met"] == "n/a"
 
 
+def test_growth_event_target_binds_every_backend():
+    results = [
+        {
+            "case": "growth_event",
+            "backend": "jax",
+            "growth_cost_ms": 150.0,
+            "recompilations": 1,
+        },
+        {
+            "case": "growth_event",
+            "backend": "tensorflow",
+            "growth_cost_ms": 250.0,
+        },
+    ]
+    results = [dict(r, status="ok", median_ms=1.0) for r in results]
+    targets = report.evaluate_targets(results)
+    name = "Embedding growth event: cost above a step"
+    jax_row = _target(targets, name, "jax")
+    assert jax_row["value"] == 150.0 and jax_row["met"] == "yes"
+    assert (
+        jax_row["goal"] == "<= 200"
+        and "1 of them recompiled" in (jax_row["note"])
+    )
+    assert _target(targets, name, "tensorflow")["met"] == "no"
+    assert _target(targets, name, "torch")["met"] == "n/a"
+
+
 def test_positional_target_prefers_the_alternated_hub_time():
     # The kmodels case times the keras-hub model in alternation with it:
     # the target divides by that median, not by the hub case's own.

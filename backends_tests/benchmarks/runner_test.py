@@ -188,6 +188,21 @@ def test_quick_growth_event_on_this_backend():
     assert record["growth_cost_ms"] == pytest.approx(
         record["median_ms"] - record["steady_median_ms"], rel=1e-12
     )
+    # Where the time goes: each part lies within its growth fit (so do
+    # their medians); on JAX the step is traced and compiled again for the
+    # new shapes, elsewhere no compilation is measured.
+    assert 0 < record["grow_ms"] <= record["median_ms"]
+    # One growth per fit: on JAX the first (100 -> 200 rows) sets a
+    # reserve of 800 rows that the next growth fits in; elsewhere each
+    # recompiles.
+    growths = len(capacities) - 1
+    assert record["recompilations"] == (1 if backend == "jax" else growths)
+    if backend == "jax":
+        # Two growth fits, the first compiled: their median (mean) > 0.
+        assert record["trace_ms"] > 0 and record["compile_ms"] > 0
+        assert record["trace_ms"] + record["compile_ms"] <= record["median_ms"]
+    else:
+        assert record["trace_ms"] is None and record["compile_ms"] is None
 
 
 def test_quick_run_end_to_end_in_a_subprocess(tmp_path):

@@ -46,6 +46,15 @@ def format_cell(record):
         text += f", RSS +{record['rss_growth_mb']:.1f} MB"
     if record.get("growth_cost_ms") is not None:
         text += f", growth +{format_ms(record['growth_cost_ms'])} ms"
+        # Where a growth's time goes (JAX: retrace and XLA compilation).
+        if record.get("compile_ms") is not None:
+            text += (
+                f" (grow {format_ms(record['grow_ms'])}, trace "
+                f"{format_ms(record['trace_ms'])}, compile "
+                f"{format_ms(record['compile_ms'])})"
+            )
+        if record.get("recompilations") is not None:
+            text += f", {record['recompilations']} recompiled"
     return text
 
 

@@ -282,6 +282,36 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
         )
     rows += _keys_targets(table, backends)
     rows += _mixed_precision_targets(table, backends)
+    rows += _growth_targets(table, backends)
+    return rows
+
+
+# Issue 29: a growth event inside `fit` costs at most this above a step.
+GROWTH_GOAL_MS = 200.0
+
+
+def _growth_targets(table, backends):
+    """`growth_cost_ms` of the `growth_event` case (the growth fits'
+    median minus the steady fits'), on every backend."""
+    rows = []
+    for b in backends:
+        record = table.get(("growth_event", b)) or {}
+        value = record.get("growth_cost_ms")
+        if record.get("status") != "ok":
+            value = None
+        note = "growth fit minus steady fit, median of 3 growths"
+        if record.get("recompilations") is not None:
+            note += f"; {record['recompilations']} of them recompiled"
+        rows.append(
+            _target(
+                "Embedding growth event: cost above a step (ms)",
+                b,
+                value,
+                GROWTH_GOAL_MS,
+                "<=",
+                note=note,
+            )
+        )
     return rows
 
 

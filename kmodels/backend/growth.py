@@ -26,7 +26,10 @@ functions below:
 - `wrap_train_function`: run a growth hook on each batch, with concrete data,
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
-  `train_step_runner` says which step runs then.
+  `train_step_runner` says which step runs then. On JAX the hook also
+  hands the step each table padded to a reserve (`compiled_rows`; the
+  JAX module's `pad_step_state`, `unpad_tables`, `padded_state_scope`),
+  so that a growth within it keeps the compiled step.
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`
@@ -42,7 +45,6 @@ calls, so the optimizer, not the backend, picks its update.
 """
 
 import contextlib
-import functools
 import threading
 
 import keras
@@ -175,6 +177,17 @@ def capacity_of(variable):
     return native.growth.capacity_of(variable)
 
 
+def compiled_rows(layer):
+    """Rows of `layer`'s table (and slots) that the compiled train step
+    holds: its capacity, except on JAX under `EmbeddingGrowth`, where the
+    step sees the table padded to a reserve that outlasts the next
+    growths (`kmodels.backend.jax.growth.compiled_rows`), so that a growth
+    within it compiles nothing. A change of this number is a
+    recompilation."""
+    rows = getattr(native.growth, "compiled_rows", None)
+    return layer.capacity if rows is None else rows(layer)
+
+
 def is_concrete(x):
     """True when `x` holds data (not a symbolic or traced tensor)."""
     if isinstance(x, keras.KerasTensor):
@@ -197,11 +210,16 @@ class _GrowthHook(steps.StepHook):
 
     order = 10
 
-    def __init__(self, controller, runner):
+    def __init__(self, controller, runner, tables=()):
         self.controller = controller
         self._runner = runner
+        self._tables = list(tables)
 
     def before_step(self, step):
+        # JAX: the tables read their capacity again (`pad_step_state`).
+        unpad = getattr(native.growth, "unpad_tables", None)
+        if unpad is not None:
+            unpad(self._tables)
         plan = self.controller.plan(global_batches(step.batches))
         if plan:
             # During an epoch JAX keeps the state outside the variables:
@@ -214,12 +232,27 @@ class _GrowthHook(steps.StepHook):
             # No shape changes: nothing is traced again.
             with step.variables():
                 self.controller.apply_resets(resets)
+        # JAX: the step sees each table padded to its compiled rows.
+        pad = getattr(native.growth, "pad_step_state", None)
+        if pad is not None:
+            pad(step, self._tables)
+
+    @contextlib.contextmanager
+    def scope(self):
+        try:
+            yield
+        finally:
+            # JAX: the variables read their capacity again as soon as the
+            # step is traced (the state keeps its padding).
+            unpad = getattr(native.growth, "unpad_tables", None)
+            if unpad is not None:
+                unpad(self._tables)
 
     def runner(self, step):
         return self._runner
 
 
-def wrap_train_function(model, controller, retrace=False):
+def wrap_train_function(model, controller, retrace=False, tables=()):
     """Installs `controller` before each of `model`'s train steps, as a
     `kmodels.backend.steps` hook.
 
@@ -232,9 +265,19 @@ def wrap_train_function(model, controller, retrace=False):
     rows}`), which `controller.apply_resets(resets)` writes. `retrace=True`
     drops the compiled step of an earlier `fit` first: a table's rule
     changed (`GrowableEmbedding.follow_optimizer`), and a traced step holds
-    its constants. Returns a function that removes the hook.
+    its constants. `tables`: the `GrowableEmbedding`s the controller
+    grows (on JAX the step holds them padded to `compiled_rows`). Returns
+    a function that removes the hook.
     """
     runner = native.growth.train_step_runner(model, retrace)
-    hook = _GrowthHook(controller, runner)
+    hook = _GrowthHook(controller, runner, tables)
     steps.add_hook(model, "train", hook)
-    return functools.partial(steps.remove_hook, model, "train", hook)
+    scope = getattr(native.growth, "padded_state_scope", None)
+    undo = None if scope is None else scope(model, tables)
+
+    def unwrap():
+        steps.remove_hook(model, "train", hook)
+        if undo is not None:
+            undo()
+
+    return unwrap

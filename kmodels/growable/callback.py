@@ -34,7 +34,10 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             per table growth, `step` counting train batches of this fit.
         growths: number of table growths.
         recompilations: number of steps that had to recompile (a step may
-            grow several tables at once).
+            grow several tables at once). On JAX the compiled step holds
+            each table padded to `min(growth_factor ** 2, 4)` times the
+            capacity a growth reached, so a growth within that reserve
+            recompiles nothing and is not counted.
         reset_log: list of dicts `{"step", "layer", "rows"}`, one per step
             and table that restarted rows given to new keys by a bounded
             `key_index` (`rows`: sorted int64 NumPy array), `step` the
@@ -104,7 +107,7 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             table.managed_growth = True
         self._steps = 0
         self._unwrap = growth_backend.wrap_train_function(
-            model, self, retrace=retrace
+            model, self, retrace=retrace, tables=self._tables
         )
 
     def on_train_end(self, logs=None):
@@ -148,9 +151,14 @@ class EmbeddingGrowth(keras.callbacks.Callback):
     def apply(self, plan):
         """Grows the tables of `plan` (between steps) and logs it."""
         model = self._growth_model
+        recompiles = False
         for table, (capacity, max_id) in plan.items():
             old = table.capacity
+            # On JAX the step holds the table padded to a reserve: a growth
+            # within it keeps the compiled step.
+            compiled = growth_backend.compiled_rows(table)
             table.grow_to(capacity)
+            recompiles |= growth_backend.compiled_rows(table) != compiled
             entry = {
                 "step": self._steps - 1,
                 "layer": table.name,
@@ -164,7 +172,8 @@ class EmbeddingGrowth(keras.callbacks.Callback):
                     f"EmbeddingGrowth: step {entry['step']}: '{table.name}' "
                     f"{old} -> {table.capacity} rows (max id {max_id})"
                 )
-        self.recompilations += 1
+        if recompiles:
+            self.recompilations += 1
         # Compiled evaluation and prediction captured the old shapes.
         model.test_function = None
         model.predict_function = None

@@ -49,7 +49,7 @@ def append_rows(variable, rows):
     old = variable.value
     rows = np.asarray(rows, dtype=old.dtype)
     if sharding is None:
-        new = jnp.concatenate([old, jnp.asarray(rows)])
+        new = _resized(old, old.shape[0] + len(rows), rows)
     else:
         # The old rows never leave the devices: XLA moves the rows whose
         # shard changes device to device, and only the new rows come from
@@ -150,7 +150,161 @@ def argsort_ids(ids, capacity):
 
 
 def capacity_of(variable):
-    return int(variable.shape[0])
+    # The rows of the array the variable holds now: inside a train step
+    # under `EmbeddingGrowth`, the padded table (`compiled_rows`), so that
+    # the step's trace does not depend on the capacity.
+    value = jax_internals.stateless_value(variable)
+    return int((variable if value is None else value).shape[0])
+
+
+# ---------------------------------------------------- padded train state
+# Under `EmbeddingGrowth`, the jitted train step receives each table and
+# its slots padded to `compiled_rows(layer)`, a reserve of
+# `min(growth_factor ** 2, 4)` times the capacity set at a growth: the next
+# growths fit in it and keep the compiled step (no retrace, no XLA
+# compilation). The model's variables keep the logical capacity: the
+# padding lives only in the state Keras' trainer passes from step to step
+# during an epoch, and is cut off whenever that state is written back
+# (`padded_state_scope`). No id reaches a padding row: the hook grew the
+# table for every id of the batch before the step.
+
+
+# The most rows, as a multiple of the capacity, the step holds a table at.
+RESERVE_LIMIT = 4.0
+
+
+def _paddable(layer):
+    """Whether the step may hold `layer`'s table padded: under
+    `EmbeddingGrowth` and without `keras.distribution` (a sharded or
+    replicated table keeps its layout's shape)."""
+    from kmodels.backend import table_replicas
+
+    return (
+        layer.managed_growth
+        and keras.distribution.distribution() is None
+        and _sharding(layer.embeddings) is None
+        and not table_replicas.is_replicated(layer)
+    )
+
+
+def compiled_rows(layer):
+    capacity = layer.capacity
+    if not _paddable(layer):
+        return capacity
+    rows = getattr(layer, "_kmodels_compiled_rows", None)
+    if rows is None:
+        # No reserve until the table first grows: a table that never grows
+        # costs nothing.
+        rows = capacity
+    elif rows < capacity:
+        # Room for two more growths, at most 4x the rows (memory).
+        reserve = min(float(layer.growth_factor) ** 2, RESERVE_LIMIT)
+        rows = int(math.ceil(capacity * reserve))
+        limit = layer.row_limit
+        if limit is not None:
+            rows = min(rows, max(int(limit), capacity))
+    layer.__dict__["_kmodels_compiled_rows"] = rows
+    return rows
+
+
+def _padded_variables(layer):
+    """The table and the slots in use (those with a row per id)."""
+    capacity = layer.capacity
+    return [
+        v
+        for v in (layer.embeddings, *layer.slot_variables)
+        if int(v.shape[0]) == capacity
+    ]
+
+
+def pad_step_state(step, tables):
+    if step.kind != "train":
+        return
+    padded = {}
+    for layer in tables:
+        if not layer.built or not _paddable(layer):
+            continue
+        rows = compiled_rows(layer)
+        capacity = layer.capacity
+        if rows <= capacity:
+            continue
+        variables = _padded_variables(layer)
+        # Keras checks the values a step gets against the variables'
+        # shapes: they read padded until the state is written back.
+        layer.__dict__["_kmodels_padding"] = (capacity, variables)
+        for variable in variables:
+            padded[id(variable)] = rows
+            shape = (rows, *tuple(variable.shape)[1:])
+            keras_internals.set_variable_shape(variable, shape)
+    if not padded:
+        return
+    trainable = list(step.state[0])
+    for i, variable in enumerate(step.model.trainable_variables):
+        rows = padded.get(id(variable))
+        value = trainable[i]
+        if rows is None or value.shape[0] >= rows:
+            continue
+        trainable[i] = _resized(value, rows)
+    step.state = (trainable, *step.state[1:])
+
+
+def _resized(value, rows, new_rows=None):
+    """`value` (one device) cut to its first `rows` rows, or followed by
+    `new_rows` (zeros by default) up to `rows`. On CPU through NumPy: a
+    copy, where the same in `jax.numpy` would compile an XLA program for
+    every new shape (tens of ms each, at each growth)."""
+    n = int(value.shape[0])
+    cpu = all(d.platform == "cpu" for d in value.devices())
+    if rows <= n:
+        return _owned(np.asarray(value)[:rows]) if cpu else value[:rows]
+    if new_rows is None:
+        new_rows = np.zeros((rows - n, *value.shape[1:]), value.dtype)
+    new_rows = np.asarray(new_rows, dtype=value.dtype)
+    if cpu:
+        return _owned(np.concatenate([np.asarray(value), new_rows]))
+    return jnp.concatenate([value, jnp.asarray(new_rows)])
+
+
+def _owned(host):
+    # A buffer of its own: `np.asarray` of a CPU array may view the
+    # array's memory, which the next step donates (writes in place).
+    return jax.device_put(host, may_alias=False)
+
+
+def unpad_tables(tables):
+    """Gives the variables of `tables` their logical shapes back (the
+    capacity), before anything reads or grows them between steps."""
+    for layer in tables:
+        padding = layer.__dict__.pop("_kmodels_padding", None)
+        if padding is None:
+            continue
+        capacity, variables = padding
+        for variable in variables:
+            shape = (capacity, *tuple(variable.shape)[1:])
+            keras_internals.set_variable_shape(variable, shape)
+
+
+def padded_state_scope(model, tables):
+    """Makes `model.jax_state_sync` (Keras' trainer writing the running
+    state back into the variables: at epoch ends, for callbacks, for the
+    growth hook) cut the padding off first. Returns the undo."""
+    if not tables:
+        return lambda: None
+    original = type(model).jax_state_sync
+
+    def sync():
+        unpad_tables(tables)
+        jax_internals.trim_jax_state(model, _resized)
+        original(model)
+
+    model.__dict__["jax_state_sync"] = sync
+
+    def undo():
+        unpad_tables(tables)
+        if model.__dict__.get("jax_state_sync") is sync:
+            del model.__dict__["jax_state_sync"]
+
+    return undo
 
 
 def is_concrete(x):

@@ -3,6 +3,7 @@ Keras' JAX trainer and naming that kmodels relies on, each behind one
 function (see that module for the version pin)."""
 
 from keras.src.backend.common.name_scope import current_path as _current_path
+from keras.src.backend.common.stateless_scope import get_stateless_scope
 
 # The state of a step, by kind, in the order Keras' JAX trainer passes it.
 _STATE_NAMES = {
@@ -56,3 +57,33 @@ def take_jax_state(model, kind):
     model._jax_state = dict(zip(_STATE_NAMES[kind], state))
     model._jax_state_synced = False
     return state
+
+
+def trim_jax_state(model, cut):
+    """Cuts the rows past each trainable variable's own shape off the
+    running train state Keras' trainer holds (`_jax_state`), before it is
+    written back: the growth hook passes tables padded beyond their
+    capacity to the step (`kmodels.backend.jax.growth.pad_step_state`).
+    `cut(value, rows)` returns the first `rows` rows of `value`."""
+    state = getattr(model, "_jax_state", None)
+    if not state or model._jax_state_synced:
+        return
+    values = state.get("trainable_variables")
+    if not values:
+        return
+    trimmed = []
+    for variable, value in zip(model.trainable_variables, values):
+        rows = variable.shape[0] if variable.shape else None
+        if rows is not None and value.shape and value.shape[0] > rows:
+            value = cut(value, rows)
+        trimmed.append(value)
+    state["trainable_variables"] = trimmed
+
+
+def stateless_value(variable):
+    """The value a `keras.StatelessScope` (Keras' JAX trainer tracing a
+    step) gives `variable`, or `None` outside one or when it gives none.
+    Unlike `variable.value`, never runs the initializer of a variable the
+    trainer purged."""
+    scope = get_stateless_scope()
+    return None if scope is None else scope.get_current_value(variable)
