@@ -310,6 +310,69 @@ def test_large_growth_factors_reserve_at_most_four_times():
         assert compiled == [1 + growth.recompilations]
 
 
+def test_refused_batch_after_a_padded_step_loses_nothing(tmp_path):
+    # Batch 0 grows the table 2 -> 4 rows (on JAX the step then holds it
+    # padded to 16); batch 1 holds an id past max_capacity and is refused.
+    # The table, its slots and a checkpoint written after batch 0 are those
+    # of a fit that stopped after batch 0 (an independent run), at the
+    # logical capacity; training goes on from there as that run's does.
+    path = str(tmp_path / "after_batch_0.weights.h5")
+
+    def make():
+        layer = GrowableEmbedding(
+            2, initial_capacity=2, max_capacity=32, optimizer="adam", seed=6
+        )
+        model = _model(layer)
+        model.compile(optimizer="sgd", loss="mse")
+        return model, layer
+
+    def state(layer):
+        return [_table(layer)] + [
+            keras.ops.convert_to_numpy(v.value) for v in layer.slot_variables
+        ]
+
+    model, layer = make()
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        path, save_weights_only=True, save_freq=1
+    )
+    with pytest.raises(ValueError, match="reached max_capacity=32: got id 40"):
+        model.fit(
+            np.array([[1, 3], [2, 40]], "int32"),
+            np.ones((2, 1)),
+            batch_size=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[EmbeddingGrowth(), checkpoint],
+        )
+    reference, reference_layer = make()
+    reference.fit(
+        np.array([[1, 3]], "int32"),
+        np.ones((1, 1)),
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    assert layer.capacity == reference_layer.capacity == 4
+    for got, want in zip(state(layer), state(reference_layer)):
+        assert got.shape == want.shape == (4, 2)
+        np.testing.assert_allclose(got, want, atol=INVISIBLE_ATOL, rtol=0)
+    restored, restored_layer = make()
+    restored.load_weights(path)
+    assert restored_layer.capacity == 4
+    for got, want in zip(state(restored_layer), state(reference_layer)):
+        np.testing.assert_allclose(got, want, atol=INVISIBLE_ATOL, rtol=0)
+    # Training goes on: ids up to 5 grow both tables to 8.
+    for m in (model, reference):
+        m.fit(
+            np.array([[0, 5]], "int32"),
+            np.ones((1, 1)),
+            verbose=0,
+            callbacks=[EmbeddingGrowth()],
+        )
+    assert layer.capacity == reference_layer.capacity == 8
+    for got, want in zip(state(layer), state(reference_layer)):
+        np.testing.assert_allclose(got, want, atol=INVISIBLE_ATOL, rtol=0)
+
+
 def test_growth_count_is_logarithmic():
     layer = GrowableEmbedding(2, initial_capacity=2, optimizer="sgd", seed=0)
     model = _model(layer)
