@@ -27,9 +27,10 @@ functions below:
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
   `train_step_runner` says which step runs then. On JAX the hook also
-  hands the step each table padded to a reserve (`compiled_rows`; the
-  JAX module's `pad_step_state`, `unpad_tables`, `padded_state_scope`),
-  so that a growth within it keeps the compiled step.
+  hands the step each table padded to a reserve (`compiled_rows`; each
+  backend's `pad_step_state`, `unpad_tables`, `padded_state_scope`, which
+  do nothing on TensorFlow and torch), so that a growth within it keeps
+  the compiled step.
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`
@@ -184,8 +185,7 @@ def compiled_rows(layer):
     growths (`kmodels.backend.jax.growth.compiled_rows`), so that a growth
     within it compiles nothing. A change of this number is a
     recompilation."""
-    rows = getattr(native.growth, "compiled_rows", None)
-    return layer.capacity if rows is None else rows(layer)
+    return native.growth.compiled_rows(layer)
 
 
 def is_concrete(x):
@@ -217,9 +217,7 @@ class _GrowthHook(steps.StepHook):
 
     def before_step(self, step):
         # JAX: the tables read their capacity again (`pad_step_state`).
-        unpad = getattr(native.growth, "unpad_tables", None)
-        if unpad is not None:
-            unpad(self._tables)
+        native.growth.unpad_tables(self._tables)
         plan = self.controller.plan(global_batches(step.batches))
         if plan:
             # During an epoch JAX keeps the state outside the variables:
@@ -233,9 +231,7 @@ class _GrowthHook(steps.StepHook):
             with step.variables():
                 self.controller.apply_resets(resets)
         # JAX: the step sees each table padded to its compiled rows.
-        pad = getattr(native.growth, "pad_step_state", None)
-        if pad is not None:
-            pad(step, self._tables)
+        native.growth.pad_step_state(step, self._tables)
 
     @contextlib.contextmanager
     def scope(self):
@@ -244,9 +240,7 @@ class _GrowthHook(steps.StepHook):
         finally:
             # JAX: the variables read their capacity again as soon as the
             # step is traced (the state keeps its padding).
-            unpad = getattr(native.growth, "unpad_tables", None)
-            if unpad is not None:
-                unpad(self._tables)
+            native.growth.unpad_tables(self._tables)
 
     def runner(self, step):
         return self._runner
@@ -272,12 +266,10 @@ def wrap_train_function(model, controller, retrace=False, tables=()):
     runner = native.growth.train_step_runner(model, retrace)
     hook = _GrowthHook(controller, runner, tables)
     steps.add_hook(model, "train", hook)
-    scope = getattr(native.growth, "padded_state_scope", None)
-    undo = None if scope is None else scope(model, tables)
+    undo = native.growth.padded_state_scope(model, tables)
 
     def unwrap():
         steps.remove_hook(model, "train", hook)
-        if undo is not None:
-            undo()
+        undo()
 
     return unwrap

@@ -120,6 +120,28 @@ def capacity_of(variable):
     return tf.shape(value, out_type=tf.int32)[0]
 
 
+# ---------------------------------------------------- padded train state
+# JAX holds a growing table padded to a reserve in its train step
+# (`kmodels.backend.jax.growth`); here the step sees the variable itself,
+# whose rows are the capacity.
+
+
+def compiled_rows(layer):
+    return layer.capacity
+
+
+def pad_step_state(step, tables):
+    pass
+
+
+def unpad_tables(tables):
+    pass
+
+
+def padded_state_scope(model, tables):
+    return lambda: None
+
+
 def _local_handle(variable):
     """The resource handle of `variable`, or of this replica's component of
     a MirroredVariable (inside `strategy.run`; the primary outside)."""

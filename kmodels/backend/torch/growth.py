@@ -63,6 +63,28 @@ def capacity_of(variable):
     return int(variable.shape[0])
 
 
+# ---------------------------------------------------- padded train state
+# JAX holds a growing table padded to a reserve in its train step
+# (`kmodels.backend.jax.growth`); here the step sees the variable itself,
+# whose rows are the capacity.
+
+
+def compiled_rows(layer):
+    return layer.capacity
+
+
+def pad_step_state(step, tables):
+    pass
+
+
+def unpad_tables(tables):
+    pass
+
+
+def padded_state_scope(model, tables):
+    return lambda: None
+
+
 def is_concrete(x):
     return not torch.compiler.is_compiling()
 
