@@ -26,7 +26,9 @@ from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 from kmodels.models import delta_inputs
 from kmodels.models import export_with_keys
+from kmodels.testing.row_sum import initial_rows
 from kmodels.testing.row_sum import row_sum_model
+from kmodels.testing.row_sum import sgd_oracle
 
 USERS = [f"user-{n}-ü" for n in range(14)]
 ITEMS = [10**12 + n for n in range(10)]
@@ -402,6 +404,53 @@ def test_delta_of_a_table_without_index_uses_ids_as_keys():
     np.testing.assert_array_equal(now[kept], first[kept])
     assert not np.allclose(now[1], first[1])
     assert table.delta(since=table.mark()).rows.size == 0
+
+
+def test_delta_in_a_callback_mid_fit_holds_the_rows_of_that_batch():
+    # On JAX the step holds a grown table padded past its capacity
+    # (docs/growable_embedding.md, "Growth on JAX"). A callback that reads
+    # `self.model` (which writes the running state back) and takes a delta
+    # sees the capacity and the rows trained so far: those of a NumPy SGD
+    # oracle of the batches up to that one.
+    table = GrowableEmbedding(
+        2, initial_capacity=4, optimizer=("sgd", {"learning_rate": 0.5}), seed=3
+    )
+    model, _ = row_sum_model(table)
+    table.build()
+    mark = table.mark()
+    ids = [6, 2, 13]  # 4 -> 8 rows, no growth, 8 -> 16 (JAX: no recompile)
+    targets = np.array([1.0, -1.0, 0.5], "float32")
+    seen = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            self.model  # writes the running state back (JAX)
+            change = table.delta(since=mark)
+            seen.append((table.capacity, change.capacity, change))
+
+    model.fit(
+        np.array(ids, "int32")[:, None],
+        targets,
+        batch_size=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth(), Probe()],
+    )
+    assert [s[0] for s in seen] == [s[1] for s in seen] == [8, 8, 16]
+    initial = initial_rows(16, 2, "uniform", 3)
+    for n, (_, _, change) in enumerate(seen, 1):
+        assert change.rows.tolist() == sorted(ids[:n])
+        want = sgd_oracle(
+            initial,
+            [np.array([i]) for i in ids[:n]],
+            [targets[i : i + 1, None] for i in range(n)],
+            {},
+            0.5,
+        )
+        # float32 steps against a float64 oracle.
+        np.testing.assert_allclose(
+            change.values, want[change.rows], atol=1e-6, rtol=0
+        )
 
 
 def test_delta_counts_ttl_expired_keys_as_evicted():
