@@ -269,6 +269,38 @@ def test_jax_state_written_back_and_taken():
     assert "current_path" in dir(jax_internals)
     with keras.name_scope("outer"):
         assert jax_internals.current_path() == "outer"
+    # The running state cut to the variables' rows before it is written
+    # back (a table padded in the step: kmodels/backend/jax/growth.py):
+    # a kernel holding one row too many is cut by `cut`, the rest kept.
+    state = jax_internals.take_jax_state(model, "train")
+    kernel = np.asarray(state[0][0])
+    padded = keras.ops.concatenate([state[0][0], keras.ops.ones((1, 1))])
+    cuts = []
+    original = type(model).jax_state_sync
+
+    def sync():
+        jax_internals.trim_jax_state(
+            model, lambda value, rows: cuts.append(rows) or value[:rows]
+        )
+        original(model)
+
+    model.__dict__["jax_state_sync"] = sync
+    try:
+        jax_internals.set_jax_state(
+            model, "train", ([padded, *state[0][1:]],) + state[1:]
+        )
+    finally:
+        del model.__dict__["jax_state_sync"]
+    assert cuts == [2]
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model.trainable_variables[0].value), kernel
+    )
+    # The value a stateless scope gives a variable; `None` outside one.
+    variable = model.trainable_variables[1]
+    assert jax_internals.stateless_value(variable) is None
+    value = keras.ops.ones(variable.shape)
+    with keras.StatelessScope(state_mapping=[(variable, value)]):
+        assert jax_internals.stateless_value(variable) is value
 
 
 # ------------------------------------------------------------- version pin
