@@ -31,19 +31,17 @@ def prefers_one_recurrence():
     every backend on the CPU. Measured with the Seq2Seq train step of
     `benchmarks` (2-core CPU): TensorFlow with XLA 1.30x (259 against 338
     ms, one process per variant, alternated), torch 1.07x alone and 1.18x
-    with `prefers_one_model_recurrence`; JAX 1.02-1.03x with a rolled
-    loop, 1.05-1.07x with `scan` unrolled (variants alternated step by
-    step in one process, 24 steps each, wall and CPU time alike; a busy
-    machine). On JAX Keras' scan loses little: XLA fuses the gates and
-    runs each step's product through its YNN kernels in both; the gain is
-    the input projections taken out of the loop and the zero-filled
-    per-layer scan buffers and their copies that the unrolled recurrence
-    does without. Most of JAX's backward pass is not the recurrence but
-    the 5000-way output projection's two gradient products and the
-    softmax gradient (an op-level trace: ~40% of the step against ~30%
-    for the three GRUs forward and backward). On an accelerator Keras'
-    layers stay (cuDNN's kernels: TensorFlow with any mask, torch on
-    right-padded batches; JAX unmeasured there)."""
+    with `prefers_one_model_recurrence`; JAX 1.02-1.03x (variants
+    alternated step by step in one process, 24 steps each, wall and CPU
+    time alike; a busy machine). On JAX Keras' scan loses little: XLA
+    fuses the gates and runs each step's product through its YNN kernels
+    in both; the gain is mostly the input projections taken out of the
+    loop (one product for every step). Most of JAX's backward pass is not
+    the recurrence but the 5000-way output projection's two gradient
+    products and the softmax gradient (an op-level trace: ~40% of the
+    step against ~30% for the three GRUs forward and backward). On an
+    accelerator Keras' layers stay (cuDNN's kernels: TensorFlow with any
+    mask, torch on right-padded batches; JAX unmeasured there)."""
     return native.rnn.prefers_one_recurrence()
 
 
@@ -54,8 +52,8 @@ def prefers_one_model_recurrence():
     steps instead of 40 (the Seq2Seq train step 1.12x faster than with a
     loop per layer). Not TensorFlow with XLA, where one loop per layer was
     1.13x faster (XLA overlaps the decoder's loop with other work), nor
-    JAX, where it measured no faster (1.03-1.04x of Keras' GRU layers,
-    against 1.05-1.07x for a loop per layer, in the same process)."""
+    JAX, where it measured no faster than a loop per layer (1.02-1.03x
+    of Keras' GRU layers either way, in the same process)."""
     return native.rnn.prefers_one_model_recurrence()
 
 
@@ -89,8 +87,7 @@ def scan(f, init, xs, reverse=False):
     Python loop over `unbind`ed steps (`ops.scan` indexes the stacked
     inputs at each step, and the gradient of each index is a zero-filled
     tensor of the whole sequence: quadratic in its length). JAX:
-    `ops.scan` with up to 32 steps unrolled into one iteration when the
-    length is static (a 20-step recurrence runs without a loop).
+    `ops.scan`, not unrolled (see `kmodels.backend.jax.rnn`).
     """
     return native.rnn.scan(f, init, xs, reverse=reverse)
 
