@@ -31,9 +31,11 @@ def prefers_one_recurrence():
     every backend on the CPU. Measured with the Seq2Seq train step of
     `benchmarks` (2-core CPU): TensorFlow with XLA 1.30x (259 against 338
     ms, one process per variant, alternated), torch 1.07x alone and 1.18x
-    with `prefers_one_model_recurrence`; JAX 1.02-1.03x (variants
-    alternated step by step in one process, 24 steps each, wall and CPU
-    time alike; a busy machine). On JAX Keras' scan loses little: XLA
+    with `prefers_one_model_recurrence`; JAX 1.02-1.05x (variants
+    alternated step by step in one process, 20-24 steps each, wall and
+    CPU time alike: 1.02-1.03x on a busy machine, 1.045x on a quieter
+    one, where the step was 1.17x the original's against 1.12x with
+    Keras' layers). On JAX Keras' scan loses little: XLA
     fuses the gates and runs each step's product through its YNN kernels
     in both; the gain is mostly the input projections taken out of the
     loop (one product for every step). Most of JAX's backward pass is not
@@ -52,8 +54,8 @@ def prefers_one_model_recurrence():
     steps instead of 40 (the Seq2Seq train step 1.12x faster than with a
     loop per layer). Not TensorFlow with XLA, where one loop per layer was
     1.13x faster (XLA overlaps the decoder's loop with other work), nor
-    JAX, where it measured no faster than a loop per layer (1.02-1.03x
-    of Keras' GRU layers either way, in the same process)."""
+    JAX, where it measured no faster than a loop per layer (1.03-1.04x
+    of Keras' GRU layers either way, on a busy machine)."""
     return native.rnn.prefers_one_model_recurrence()
 
 
