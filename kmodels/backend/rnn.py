@@ -28,13 +28,22 @@ def prefers_one_recurrence():
     """True where `kmodels.seq2seq.gru.run_grus` (input projections before
     the loop, both directions of a bidirectional GRU in one loop, a
     hand-written backward pass) trains faster than Keras' `GRU` layers:
-    TensorFlow and torch on the CPU. Measured with the Seq2Seq train step
-    of `benchmarks` (2-core CPU, one process per variant, alternated):
-    TensorFlow with XLA 1.30x (259 against 338 ms), torch 1.07x alone and
-    1.18x with `prefers_one_model_recurrence`. Not JAX: XLA runs Keras'
-    scan as fast (the step was 0.93-1.00x of Keras' GRU layers). On an
+    every backend on the CPU. Measured with the Seq2Seq train step of
+    `benchmarks` (2-core CPU): TensorFlow with XLA 1.30x (259 against 338
+    ms, one process per variant, alternated), torch 1.07x alone and 1.18x
+    with `prefers_one_model_recurrence`; JAX 1.02-1.05x (variants
+    alternated step by step in one process, 20-24 steps each, wall and
+    CPU time alike: 1.02-1.03x on a busy machine, 1.045x on a quieter
+    one, where the step was 1.17x the original's against 1.12x with
+    Keras' layers). On JAX Keras' scan loses little: XLA
+    fuses the gates and runs each step's product through its YNN kernels
+    in both; the gain is mostly the input projections taken out of the
+    loop (one product for every step). Most of JAX's backward pass is not
+    the recurrence but the 5000-way output projection's two gradient
+    products and the softmax gradient (an op-level trace: ~40% of the
+    step against ~30% for the three GRUs forward and backward). On an
     accelerator Keras' layers stay (cuDNN's kernels: TensorFlow with any
-    mask, torch on right-padded batches)."""
+    mask, torch on right-padded batches; JAX unmeasured there)."""
     return native.rnn.prefers_one_recurrence()
 
 
@@ -44,7 +53,9 @@ def prefers_one_model_recurrence():
     encoder): torch on the CPU, whose eager loop then takes 20 Python
     steps instead of 40 (the Seq2Seq train step 1.12x faster than with a
     loop per layer). Not TensorFlow with XLA, where one loop per layer was
-    1.13x faster (XLA overlaps the decoder's loop with other work)."""
+    1.13x faster (XLA overlaps the decoder's loop with other work), nor
+    JAX, where it measured no faster than a loop per layer (1.03-1.04x
+    of Keras' GRU layers either way, on a busy machine)."""
     return native.rnn.prefers_one_model_recurrence()
 
 
@@ -78,7 +89,7 @@ def scan(f, init, xs, reverse=False):
     Python loop over `unbind`ed steps (`ops.scan` indexes the stacked
     inputs at each step, and the gradient of each index is a zero-filled
     tensor of the whole sequence: quadratic in its length). JAX:
-    `ops.scan`.
+    `ops.scan`, not unrolled (see `kmodels.backend.jax.rnn`).
     """
     return native.rnn.scan(f, init, xs, reverse=reverse)
 
