@@ -102,6 +102,30 @@ def test_far_apart_logits_give_the_oracles_finite_loss_and_gradient(rng):
     np.testing.assert_allclose(grad, expected, atol=1e-6)
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch",
+    reason="a graph kept for a second backward pass (retain_graph) is "
+    "torch's autograd; TensorFlow and JAX differentiate functions",
+)
+def test_a_retained_graph_gives_the_same_gradient_twice(rng):
+    # torch's loss turns its saved exponentials into the gradient in
+    # place: a second backward pass must recompute them.
+    import torch
+
+    labels, logits = _data(rng)
+    leaf = torch.tensor(logits, requires_grad=True)
+    loss = masked_loss(labels, leaf)
+    loss.backward(retain_graph=True)
+    first = leaf.grad.clone()
+    leaf.grad = None
+    loss.backward()
+    torch.testing.assert_close(leaf.grad, first, rtol=0, atol=0)
+    (expected,) = numerical_gradient(
+        lambda p: oracle.masked_cross_entropy(labels, p[0]), [logits]
+    )
+    np.testing.assert_allclose(first.numpy(), expected, atol=1e-6)
+
+
 def test_padding_does_not_count(rng):
     labels, logits = _data(rng)
     changed = logits.copy()

@@ -32,11 +32,11 @@ class _FusedAdamUpdate:
 
     with `c1 = 1 - beta_1^t` and `c2 = 1 - beta_2^t`: the same update with
     `eps' = eps / sqrt(c2)`, which this passes each step (and a learning
-    rate that makes up for Keras' float32 powers of the betas). The moments are
-    updated as Keras does (`m = beta_1 m + (1 - beta_1) g`,
+    rate that makes up for Keras' float32 powers of the betas). The
+    moments are updated as Keras does (`m = beta_1 m + (1 - beta_1) g`,
     `v = beta_2 v + (1 - beta_2) g^2`), in the optimizer's own variables.
-    Replaces 12 `torch._foreach` passes (5 of which allocate weight-sized
-    lists) by one.
+    Replaces ten `torch._foreach` passes (five of which allocate
+    weight-sized lists) by one.
 
     The optimizer holds this object: it holds the optimizer weakly.
     """
