@@ -322,8 +322,8 @@ def train_breakdown(sizes, timing):
     - `loss_forward`: `masked_loss` on logits and targets;
     - `optimizer`: `train_on_batch` of a model holding variables of the
       Translator's trainable shapes whose loss is their sum: Adam's update
-      plus the train step's fixed cost (and a sum and a fill of the
-      variables' size);
+      (fused on torch, as the Translator's) plus the train step's fixed
+      cost (and a sum and a fill of the variables' size);
     - `backward`: the whole step minus all the above: the gradients of the
       recurrence, the projection and the loss (with any fusion the whole
       step gains over its parts).
@@ -390,6 +390,9 @@ def train_breakdown(sizes, timing):
     variables = Variables()
     variables(one)
     variables.compile(optimizer="adam", loss="mse")
+    # The Translator's Adam is fused on torch (kmodels' models fuse at
+    # compile); so is this one, for the part to be the step's.
+    require("kmodels.backend.optimizers", "fuse_adam")(variables.optimizer)
     optimizer_ms = median(lambda: variables.train_on_batch(one, one))
 
     parts = {

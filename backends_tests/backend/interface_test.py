@@ -24,6 +24,7 @@ MODULES = {
     "gradients",
     "growth",
     "losses",
+    "optimizers",
     "replicas",
     "rnn",
     "steps",

@@ -60,7 +60,7 @@ def test_loss_gradient_matches_finite_differences_of_the_oracle(
     rng, with_bias_add
 ):
     # Each backend's loss has its own gradient (TensorFlow's fused kernel,
-    # a hand-written one on JAX, torch's `cross_entropy`): against central
+    # hand-written ones on JAX and torch): against central
     # differences of the float64 oracle; padded positions get exactly 0.
     # float32 softmax terms of O(1): measured differences < 1e-7.
     labels, logits = _data(rng)
@@ -81,6 +81,49 @@ def test_loss_gradient_matches_finite_differences_of_the_oracle(
     )
     np.testing.assert_allclose(grad, expected, atol=1e-6)
     assert np.all(grad[labels == 0] == 0.0)
+
+
+def test_far_apart_logits_give_the_oracles_finite_loss_and_gradient(rng):
+    # Logits 80 apart: the label's softmax underflows in float32 (e^-80),
+    # its loss must not (torch keeps exp(logits - max) for the gradient).
+    labels, logits = _data(rng)
+    logits = 40.0 * logits
+    holder = _Logits(logits)
+    value, (grad,) = loss_gradients(
+        holder,
+        lambda: masked_loss(labels, keras.ops.convert_to_tensor(holder.logits)),
+    )
+    assert float(np_(value)) == pytest.approx(
+        oracle.masked_cross_entropy(labels, logits), rel=RTOL
+    )
+    (expected,) = numerical_gradient(
+        lambda p: oracle.masked_cross_entropy(labels, p[0]), [logits]
+    )
+    np.testing.assert_allclose(grad, expected, atol=1e-6)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch",
+    reason="a graph kept for a second backward pass (retain_graph) is "
+    "torch's autograd; TensorFlow and JAX differentiate functions",
+)
+def test_a_retained_graph_gives_the_same_gradient_twice(rng):
+    # torch's loss turns its saved exponentials into the gradient in
+    # place: a second backward pass must recompute them.
+    import torch
+
+    labels, logits = _data(rng)
+    leaf = torch.tensor(logits, requires_grad=True)
+    loss = masked_loss(labels, leaf)
+    loss.backward(retain_graph=True)
+    first = leaf.grad.clone()
+    leaf.grad = None
+    loss.backward()
+    torch.testing.assert_close(leaf.grad, first, rtol=0, atol=0)
+    (expected,) = numerical_gradient(
+        lambda p: oracle.masked_cross_entropy(labels, p[0]), [logits]
+    )
+    np.testing.assert_allclose(first.numpy(), expected, atol=1e-6)
 
 
 def test_padding_does_not_count(rng):

@@ -31,6 +31,8 @@ function, hold what is the same on every backend, and call
   (`kmodels.diagnostics`, `kmodels.testing`).
 - `losses`: the per-position cross-entropy of integer labels in each
   backend's fastest form (`kmodels.seq2seq.masked_loss`).
+- `optimizers`: Keras' Adam update in one fused pass on torch, with the
+  same numbers (`kmodels.saving`'s models install it at `compile`).
 - `replicas`: sums over the replicas of a `tf.distribute` step (the
   identity elsewhere).
 - `compiled`: one compiled function that reads Keras variables

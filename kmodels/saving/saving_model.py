@@ -4,6 +4,7 @@ import inspect
 
 import keras
 
+from kmodels.backend import optimizers
 from kmodels.saving.atomic import save_model
 from kmodels.saving.portable_optimizer import portable_compile_config
 
@@ -30,7 +31,10 @@ class SavingModel:
         self._jit_compile_was_auto = (
             bound.arguments.get("jit_compile", "auto") == "auto"
         )
-        return super().compile(*args, **kwargs)
+        result = super().compile(*args, **kwargs)
+        # torch: Adam's update in one fused pass, same numbers.
+        optimizers.fuse_adam(getattr(self, "optimizer", None))
+        return result
 
     def save(self, filepath, overwrite=True, zipped=None, **kwargs):
         """Saves the model as a `.keras` file, atomically.

@@ -6,6 +6,7 @@ from kmodels.backend.jax import decoding
 from kmodels.backend.jax import gradients
 from kmodels.backend.jax import growth
 from kmodels.backend.jax import losses
+from kmodels.backend.jax import optimizers
 from kmodels.backend.jax import replicas
 from kmodels.backend.jax import rnn
 from kmodels.backend.jax import steps

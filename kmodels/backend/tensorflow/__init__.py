@@ -6,6 +6,7 @@ from kmodels.backend.tensorflow import decoding
 from kmodels.backend.tensorflow import gradients
 from kmodels.backend.tensorflow import growth
 from kmodels.backend.tensorflow import losses
+from kmodels.backend.tensorflow import optimizers
 from kmodels.backend.tensorflow import replicas
 from kmodels.backend.tensorflow import rnn
 from kmodels.backend.tensorflow import steps

@@ -6,6 +6,7 @@ from kmodels.backend.torch import decoding
 from kmodels.backend.torch import gradients
 from kmodels.backend.torch import growth
 from kmodels.backend.torch import losses
+from kmodels.backend.torch import optimizers
 from kmodels.backend.torch import replicas
 from kmodels.backend.torch import rnn
 from kmodels.backend.torch import steps

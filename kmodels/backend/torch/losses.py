@@ -4,13 +4,51 @@ import torch
 
 
 def sparse_cross_entropy(labels, logits):
-    # `cross_entropy` takes the classes on axis 1: on 2-D logits that is
-    # the last, contiguous axis (moving it to axis 1 of 3-D logits copied
-    # them and ran a strided softmax: 39 against 14 ms, value and gradient
-    # of (64, 20, 5000) logits).
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        labels.reshape(-1).long(),
-        reduction="none",
+    # On 2-D logits the classes are the last, contiguous axis (moving them
+    # to axis 1 of 3-D logits, as `cross_entropy` wants, copied them and
+    # ran a strided softmax: 39 against 14 ms, value and gradient of
+    # (64, 20, 5000) logits).
+    loss = _SparseCrossEntropy.apply(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long()
     )
     return loss.reshape(labels.shape)
+
+
+class _SparseCrossEntropy(torch.autograd.Function):
+    """`cross_entropy(logits, labels, reduction="none")` with one pass of
+    `exp` over the logits and one logits-sized tensor, forward and
+    backward together: the forward pass keeps `exp(logits - max)` and its
+    row sums, and the backward pass scales it in place into the gradient
+    (the softmax times the upstream gradient, minus it at the label).
+    torch's own (`log_softmax`, `nll_loss`) runs `exp` twice and writes
+    three logits-sized tensors (the log-probabilities, a zero-filled
+    scatter target, the gradient), each fresh one paying its page faults
+    on the CPU: value and gradient of (64, 20, 5000) logits took 82.4
+    against 53.3 ms (one thread, alternated in one process, median of 15,
+    busy machine)."""
+
+    @staticmethod
+    def forward(ctx, logits, labels):
+        top = logits.amax(dim=1, keepdim=True)
+        exps = torch.sub(logits, top).exp_()
+        sums = exps.sum(dim=1, keepdim=True)
+        picked = logits.gather(1, labels[:, None])
+        loss = (top + sums.log()).sub_(picked).squeeze(1)
+        ctx.save_for_backward(logits, top, sums, labels)
+        # Not saved through autograd: the first backward pass turns it
+        # into the gradient in place (no second logits-sized allocation
+        # and its page faults); a second one (`retain_graph=True`)
+        # recomputes it from the saved logits.
+        ctx.exps = exps
+        return loss
+
+    @staticmethod
+    def backward(ctx, upstream):
+        logits, top, sums, labels = ctx.saved_tensors
+        exps, ctx.exps = ctx.exps, None
+        if exps is None:
+            exps = torch.sub(logits, top).exp_()
+        upstream = upstream[:, None]
+        grad = exps.mul_(upstream / sums)
+        grad.scatter_add_(1, labels[:, None], -upstream)
+        return grad, None
