@@ -18,9 +18,13 @@ again for the backward pass (`kmodels.backend.rnn.custom_gradient`).
 "Training without paying for padding".
 """
 
+import functools
+
 import keras
 from keras import ops
 
+from kmodels.backend.losses import real_positions
+from kmodels.backend.losses import sparse_cross_entropy
 from kmodels.backend.replicas import sum_over_replicas
 from kmodels.backend.rnn import custom_gradient
 from kmodels.seq2seq import losses
@@ -109,16 +113,47 @@ def fused_masked_loss(
     safe = ops.where(ops.greater(count, 0.0), count, 1.0)
     # Each real position's share of the mean (0 on padding).
     scale = ops.where(real, weight / safe, 0.0)
-    units = features.shape[-1]
+    units, vocab = kernel.shape
+    flat_labels = ops.reshape(labels, (-1,))
+    positions = real_positions(ops.reshape(real, (-1,)))
+    if positions is not None:
+        # Eager torch: one product over the real positions, differentiated
+        # by autograd.
+        return _gathered(
+            ops.take(ops.reshape(features, (-1, units)), positions, axis=0),
+            kernel,
+            bias,
+            ops.take(flat_labels, positions),
+            ops.take(ops.reshape(scale, (-1,)), positions),
+            smoothing,
+        )
     f = _fused(chunk_size, smoothing)
+    # Reshaped, variables become tensors: `tf.custom_gradient` refuses a
+    # function that reads variables itself.
     (loss,) = f(
         ops.reshape(features, (-1, units)),
-        kernel,
-        bias,
-        ops.reshape(labels, (-1,)),
+        ops.reshape(kernel, (units, vocab)),
+        ops.reshape(bias, (vocab,)),
+        flat_labels,
         ops.reshape(scale, (-1,)),
     )
     return loss
+
+
+def _gathered(features, kernel, bias, labels, scale, smoothing):
+    """The loss of the real positions `features (n, units)`, with the
+    labels and shares of the mean `scale` of each."""
+    logits = ops.matmul(features, kernel) + bias
+    vocab = kernel.shape[-1]
+    in_range = ops.logical_and(
+        ops.greater_equal(labels, 0), ops.less(labels, vocab)
+    )
+    loss = sparse_cross_entropy(ops.where(in_range, labels, 0), logits)
+    if smoothing:
+        uniform = ops.logsumexp(logits, axis=-1) - ops.mean(logits, axis=-1)
+        loss = (1.0 - smoothing) * loss + smoothing * uniform
+    loss = ops.where(in_range, loss, float("nan"))
+    return ops.sum(loss * scale)
 
 
 def _check(features, kernel, bias, y_true):
@@ -159,6 +194,7 @@ def _check(features, kernel, bias, y_true):
         )
 
 
+@functools.lru_cache(maxsize=16)
 def _fused(chunk_size, smoothing):
     """The differentiable `(features, kernel, bias, labels, scale) ->
     (loss,)` over flat positions."""

@@ -11,6 +11,7 @@ keeps the encoder's optimizer slots. `Translator.set_encoder_trainable`
 recompiles and behaves the same on all three.
 """
 
+import inspect
 import threading
 
 import keras
@@ -19,6 +20,7 @@ from keras import ops
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
+from kmodels.backend.losses import prefers_fused_loss
 from kmodels.backend.rnn import prefers_one_model_recurrence
 from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import check_translator_inputs
@@ -93,9 +95,11 @@ class Translator(
         encoder: optional `Encoder` (or its config) to use instead of a new
             one, e.g. a pretrained one (set `encoder.trainable = False`
             before `compile` to freeze it); sizes left `None` are read from it.
-        fused_loss: bool. Defaults to `True`: the train step (`fit`,
-            `train_on_batch`) projects to the vocabulary only the real
-            target positions, fused with the loss
+        fused_loss: `True`, `False` or `None` (the default: `True` where
+            it was measured faster, JAX and torch, see
+            `kmodels.backend.losses.prefers_fused_loss`). With `True` the
+            train step (`fit`, `train_on_batch`) projects to the
+            vocabulary only the real target positions, fused with the loss
             (`kmodels.seq2seq.fused_loss`), when the model is compiled with
             a `MaskedLoss` (e.g. `masked_loss`), no metrics and a float32
             dtype policy; otherwise, and with `False`, it computes the
@@ -136,12 +140,13 @@ class Translator(
         start_id=2,
         end_id=3,
         encoder=None,
-        fused_loss=True,
+        fused_loss=None,
         **kwargs,
     ):
         # Every argument is checked before anything is built.
         owner = "Translator"
-        fused_loss = check_bool(fused_loss, "fused_loss", owner)
+        if fused_loss is not None:
+            fused_loss = check_bool(fused_loss, "fused_loss", owner)
         context_vocabulary_size = check_optional_int(
             context_vocabulary_size, "context_vocabulary_size", owner
         )
@@ -249,13 +254,29 @@ class Translator(
     def _uses_fused_loss(self):
         """True when the train step projects the real positions only (see
         the `fused_loss` argument)."""
+        fused = self.fused_loss
+        if fused is None:
+            fused = prefers_fused_loss()
         return (
-            self.fused_loss
+            fused
             and isinstance(getattr(self, "loss", None), MaskedLoss)
-            and getattr(self, "_compile_metrics", None) is None
+            and not getattr(self, "_fused_compiled_metrics", True)
             and self.compute_dtype == "float32"
             and self.variable_dtype == "float32"
             and self.loss.dtype == "float32"
+        )
+
+    def compile(self, *args, **kwargs):
+        super().compile(*args, **kwargs)
+        # Keras keeps the metrics of an earlier `compile` when this one has
+        # none: whether this one has any is read from its arguments.
+        arguments = (
+            inspect.signature(keras.Model.compile)
+            .bind(self, *args, **kwargs)
+            .arguments
+        )
+        self._fused_compiled_metrics = bool(
+            arguments.get("metrics") or arguments.get("weighted_metrics")
         )
 
     def train_step(self, *args, **kwargs):

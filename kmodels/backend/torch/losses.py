@@ -14,3 +14,11 @@ def sparse_cross_entropy(labels, logits):
         reduction="none",
     )
     return loss.reshape(labels.shape)
+
+
+def real_positions(mask):
+    return torch.nonzero(mask).reshape(-1)
+
+
+def prefers_fused_loss():
+    return True
