@@ -38,9 +38,9 @@ def real_positions(mask):
 def prefers_fused_loss():
     """True where `Translator`'s train step is faster with the fused loss
     on real positions (`fused_loss=None`, the default, follows it).
-    Measured with `benchmarks` case `seq2seq_train_fused` (the fused and
-    the dense step alternated in one process, the benchmark batch with 27%
-    padded target positions): JAX and torch; not TensorFlow, whose dense
-    step with its fused softmax cross-entropy kernel stayed faster than
-    the chunk loop (see docs/seq2seq.md)."""
+    Measured on the CPU with `benchmarks` case `seq2seq_train_fused` (the
+    fused and the dense step alternated in one process, the benchmark
+    batch with 26.5% padded target positions): faster on all three (see
+    docs/seq2seq.md); a backend or device where the dense step wins would
+    return False here."""
     return native.losses.prefers_fused_loss()

@@ -96,7 +96,7 @@ class Translator(
             one, e.g. a pretrained one (set `encoder.trainable = False`
             before `compile` to freeze it); sizes left `None` are read from it.
         fused_loss: `True`, `False` or `None` (the default: `True` where
-            it was measured faster, JAX and torch, see
+            it was measured faster, every backend on the CPU, see
             `kmodels.backend.losses.prefers_fused_loss`). With `True` the
             train step (`fit`, `train_on_batch`) projects to the
             vocabulary only the real target positions, fused with the loss

@@ -14,4 +14,4 @@ def real_positions(mask):
 
 
 def prefers_fused_loss():
-    return False
+    return True
