@@ -199,6 +199,8 @@ def test_fused_loss_applies_only_where_it_can():
     assert model._uses_fused_loss() is False
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     assert model._uses_fused_loss() is False
+    model.compile(optimizer="adam", loss=masked_loss, loss_weights=2.0)
+    assert model._uses_fused_loss() is False
     model.compile(optimizer="adam", loss=MaskedLoss(label_smoothing=0.1))
     assert model._uses_fused_loss() is True
     config = Translator(20, 30, units=8, fused_loss=False).get_config()

@@ -101,12 +101,13 @@ class Translator(
             train step (`fit`, `train_on_batch`) projects to the
             vocabulary only the real target positions, fused with the loss
             (`kmodels.seq2seq.fused_loss`), when the model is compiled with
-            a `MaskedLoss` (e.g. `masked_loss`), no metrics and a float32
-            dtype policy; otherwise, and with `False`, it computes the
-            full logits. Same loss and gradients either way (to float32
-            rounding); `call`, `predict` and `evaluate` always return or
-            use the full logits. See docs/seq2seq.md, section "Training
-            without paying for padding".
+            a `MaskedLoss` (e.g. `masked_loss`), no metrics, no loss
+            weights and a float32 dtype policy; otherwise, and with
+            `False`, it computes the full logits. Same loss and gradients
+            either way (to float32 rounding); `call`, `predict` and
+            `evaluate` always return or use the full logits. See
+            docs/seq2seq.md, section "Training without paying for
+            padding".
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -260,7 +261,7 @@ class Translator(
         return (
             fused
             and isinstance(getattr(self, "loss", None), MaskedLoss)
-            and not getattr(self, "_fused_compiled_metrics", True)
+            and not getattr(self, "_fused_blocked_by_compile", True)
             and self.compute_dtype == "float32"
             and self.variable_dtype == "float32"
             and self.loss.dtype == "float32"
@@ -269,14 +270,17 @@ class Translator(
     def compile(self, *args, **kwargs):
         super().compile(*args, **kwargs)
         # Keras keeps the metrics of an earlier `compile` when this one has
-        # none: whether this one has any is read from its arguments.
+        # none: whether this one has any (or loss weights, which the fused
+        # loss does not apply) is read from its arguments.
         arguments = (
             inspect.signature(keras.Model.compile)
             .bind(self, *args, **kwargs)
             .arguments
         )
-        self._fused_compiled_metrics = bool(
-            arguments.get("metrics") or arguments.get("weighted_metrics")
+        self._fused_blocked_by_compile = bool(
+            arguments.get("metrics")
+            or arguments.get("weighted_metrics")
+            or arguments.get("loss_weights") is not None
         )
 
     def train_step(self, *args, **kwargs):
