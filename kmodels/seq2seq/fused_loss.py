@@ -12,9 +12,12 @@ cross-entropy kernels do. Each chunk computes its logits, their
 log-sum-exp, its share of the loss and, in the same pass, its share of the
 gradients (the loss is a scalar: its gradient is known up to the upstream
 factor, applied in the backward pass), so no logits are kept or computed
-again for the backward pass (`kmodels.backend.rnn.custom_gradient`).
+again for the backward pass (`kmodels.backend.rnn.custom_gradient`). On
+torch, which runs eagerly, the real positions are gathered
+(`kmodels.backend.losses.real_positions`) and projected in one product,
+differentiated by autograd.
 
-`Translator(fused_loss=True)` trains with it; see docs/seq2seq.md, section
+`Translator` trains with it (`fused_loss`); see docs/seq2seq.md, section
 "Training without paying for padding".
 """
 
