@@ -91,6 +91,15 @@ FULL_SIZES = {
     "delta_1m": {"dim": 32, "rows": 1_000_000},
     # Issue 14: the dates demo's own settings (examples/seq2seq_dates.py).
     "dates": {"settings": "full"},
+    # Issue 29: one train step at the dates demo's sizes and lengths
+    # (`benchmarks.data.dates_batch`).
+    "seq2seq_dates": {
+        "batch": 256,
+        "source_length": 8,
+        "vocabulary": 236,
+        "target_vocabulary": 136,
+        "units": 64,
+    },
     # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
     "gradient_flow": {
         "batch": 32,
@@ -151,6 +160,13 @@ QUICK_SIZES = {
     "delta_100k": {"dim": 4, "rows": 1000},
     "delta_1m": {"dim": 4, "rows": 10_000},
     "dates": {"settings": "quick"},
+    "seq2seq_dates": {
+        "batch": 4,
+        "source_length": 8,
+        "vocabulary": 40,
+        "target_vocabulary": 30,
+        "units": 8,
+    },
     "gradient_flow": {
         "batch": 2,
         "length": 8,
@@ -196,6 +212,14 @@ CASES = (
     Case("seq2seq_train_unchecked", "Seq2Seq train step",
          "kmodels Translator, no input contracts (alternated)", _K,
          "benchmarks.seq2seq:train_step_unchecked", "seq2seq"),
+    # Issue 29: the fused projection + loss on real positions only, timed
+    # in alternation with the dense path in the same process.
+    Case("seq2seq_train_fused", "Seq2Seq train step",
+         "kmodels Translator, fused loss vs dense (alternated)", _K,
+         "benchmarks.seq2seq:train_step_fused", "seq2seq"),
+    Case("seq2seq_train_dates", "Seq2Seq train step, dates demo batch",
+         "kmodels Translator, fused loss vs dense (alternated)", _K,
+         "benchmarks.seq2seq:train_step_dates", "seq2seq_dates"),
     Case("generate_original", "Seq2Seq generation",
          "tutorial translate loop (tf.keras)", (TF_KERAS,),
          "benchmarks.original:translate", "generate", "tokens/s"),

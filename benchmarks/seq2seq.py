@@ -16,19 +16,21 @@ from benchmarks.timing import measure
 from benchmarks.timing import measure_alternating
 
 
-def _translator(sizes):
+def _translator(sizes, **kwargs):
     import keras
 
     Translator = require("kmodels.seq2seq", "Translator")
     keras.utils.set_random_seed(0)
-    kwargs = {}
     parameters = inspect.signature(Translator).parameters
     if "start_id" in parameters:
         kwargs["start_id"] = data.START_ID
     if "end_id" in parameters:
         kwargs["end_id"] = data.END_ID
     return Translator(
-        sizes["vocabulary"], sizes["vocabulary"], sizes["units"], **kwargs
+        sizes["vocabulary"],
+        sizes.get("target_vocabulary", sizes["vocabulary"]),
+        sizes["units"],
+        **kwargs,
     )
 
 
@@ -408,3 +410,54 @@ def train_breakdown(sizes, timing):
         call_overhead_ms=overhead,
         flops=_train_flops(sizes, target_in),
     )
+
+
+# Issue 29 (item 3): the train step with and without the fused projection
+# and loss on real target positions (`Translator(fused_loss=...)`).
+
+
+def _fused_step(sizes, batch, fused_loss):
+    """A compiled `Translator(fused_loss=fused_loss)` (Adam, `masked_loss`)
+    and its one-batch train step on `batch`."""
+    masked_loss = require("kmodels.seq2seq", "masked_loss")
+    model = _translator(sizes, fused_loss=fused_loss)
+    (context, target_in), target_out = batch
+    model((context, target_in))
+    model.compile(optimizer="adam", loss=masked_loss)
+    return lambda: model.train_on_batch((context, target_in), target_out)
+
+
+def _fused_against_dense(sizes, timing, batch):
+    """The fused step timed in alternation with the dense one
+    (`fused_loss=False`), in the same process; returns the fused step's
+    times, the dense step's median as `dense_ms`, and `real_share`, the
+    share of real target positions in the batch."""
+    fused = _fused_step(sizes, batch, True)
+    dense = _fused_step(sizes, batch, False)
+    fused_stats, dense_stats = measure_alternating(fused, dense, timing)
+    target_out = batch[1]
+    return dict(
+        fused_stats,
+        dense_ms=dense_stats["median_ms"],
+        real_share=float((target_out != 0).mean()),
+        flops=flops.seq2seq_train_step(
+            sizes["batch"],
+            sizes["source_length"],
+            target_out.shape[1],
+            sizes.get("target_vocabulary", sizes["vocabulary"]),
+            sizes["units"],
+        ),
+    )
+
+
+def train_step_fused(sizes, timing):
+    """`train_step`'s batch (about 25% padded target positions):
+    `Translator(fused_loss=True)` against `fused_loss=False`, alternated."""
+    return _fused_against_dense(sizes, timing, data.seq2seq_batch(sizes))
+
+
+def train_step_dates(sizes, timing):
+    """As `train_step_fused`, at the dates demo's sizes
+    (`examples/seq2seq_dates.py`: batch 256, 64 units, vocabularies 236
+    and 136) on a batch with its lengths (`data.dates_batch`)."""
+    return _fused_against_dense(sizes, timing, data.dates_batch(sizes))

@@ -22,3 +22,25 @@ def sparse_cross_entropy(labels, logits):
         A float tensor `(...)` in the dtype of `logits`.
     """
     return native.losses.sparse_cross_entropy(labels, logits)
+
+
+def real_positions(mask):
+    """The indices of the True entries of the boolean vector `mask` (int,
+    `(n_true,)`) where shapes may depend on data (torch runs eagerly), or
+    None where a compiled step needs static shapes (TensorFlow, JAX).
+
+    `kmodels.seq2seq.fused_loss` projects only those positions on torch in
+    one product, and loops over chunks of the sorted positions elsewhere.
+    """
+    return native.losses.real_positions(mask)
+
+
+def prefers_fused_loss():
+    """True where `Translator`'s train step is faster with the fused loss
+    on real positions (`fused_loss=None`, the default, follows it).
+    Measured on the CPU with `benchmarks` case `seq2seq_train_fused` (the
+    fused and the dense step alternated in one process, the benchmark
+    batch with 26.5% padded target positions): faster on all three (see
+    docs/seq2seq.md); a backend or device where the dense step wins would
+    return False here."""
+    return native.losses.prefers_fused_loss()

@@ -121,6 +121,7 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
         return_state=False,
         context_mask=None,
         return_attention_weights=False,
+        project=True,
     ):
         x_mask = padding_mask(x)
         h = without_mask(self.embedding(x))
@@ -146,6 +147,7 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
             context_mask,
             return_state=return_state,
             return_attention_weights=return_attention_weights,
+            project=project,
         )
 
     def attend(
@@ -156,12 +158,15 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
         context_mask,
         return_state=False,
         return_attention_weights=False,
+        project=True,
     ):
         """The part of `call` after the GRU: cross-attention over `context`
         and the output logits, from the GRU's outputs `h (batch, t, units)`
         and final `state`; returns what `call` returns. `Translator` calls
         it with GRU outputs it computed in one recurrence with the
-        encoder's."""
+        encoder's. With `project=False`, the output layer's input
+        `(batch, t, units)` replaces the logits (`Translator`'s training
+        with `fused_loss`, which projects only the real positions)."""
         h, weights = self.attention(
             without_mask(h),
             context,
@@ -170,7 +175,8 @@ class Decoder(CheckedEagerCall, keras.layers.Layer):
         )
         # No mask on the logits: Keras losses would reweight by it, and
         # `masked_loss` already excludes padding.
-        logits = without_mask(self.output_layer(without_mask(h)))
+        h = without_mask(h)
+        logits = without_mask(self.output_layer(h)) if project else h
         outputs = (logits,)
         if return_state:
             outputs += (state,)

@@ -11,12 +11,16 @@ keeps the encoder's optimizer slots. `Translator.set_encoder_trainable`
 recompiles and behaves the same on all three.
 """
 
+import inspect
+import threading
+
 import keras
 from keras import ops
 
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
+from kmodels.backend.losses import prefers_fused_loss
 from kmodels.backend.rnn import prefers_one_model_recurrence
 from kmodels.contracts.checks import check_ids
 from kmodels.contracts.checks import check_translator_inputs
@@ -32,11 +36,24 @@ from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.eager_cache import LRUCache
 from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.fused_loss import fused_masked_loss
 from kmodels.seq2seq.gru import check_fast_gru
 from kmodels.seq2seq.gru import run_grus
+from kmodels.seq2seq.losses import MaskedLoss
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 from kmodels.seq2seq.xla_by_default import XLAByDefault
+
+# The models whose train step is being run or traced on this thread with
+# the fused loss (`Translator.train_step`): their `call` returns the output
+# layer's input, and `compute_loss` projects the real positions only.
+_FUSED = threading.local()
+
+
+def _fused_models():
+    if not hasattr(_FUSED, "models"):
+        _FUSED.models = set()
+    return _FUSED.models
 
 
 def check_token_range(
@@ -78,6 +95,19 @@ class Translator(
         encoder: optional `Encoder` (or its config) to use instead of a new
             one, e.g. a pretrained one (set `encoder.trainable = False`
             before `compile` to freeze it); sizes left `None` are read from it.
+        fused_loss: `True`, `False` or `None` (the default: `True` where
+            it was measured faster, every backend on the CPU, see
+            `kmodels.backend.losses.prefers_fused_loss`). With `True` the
+            train step (`fit`, `train_on_batch`) projects to the
+            vocabulary only the real target positions, fused with the loss
+            (`kmodels.seq2seq.fused_loss`), when the model is compiled with
+            a `MaskedLoss` (e.g. `masked_loss`), no metrics, no loss
+            weights and a float32 dtype policy; otherwise, and with
+            `False`, it computes the full logits. Same loss and gradients
+            either way (to float32 rounding); `call`, `predict` and
+            `evaluate` always return or use the full logits. See
+            docs/seq2seq.md, section "Training without paying for
+            padding".
         **kwargs: other `keras.Model` arguments.
 
     Call arguments:
@@ -111,10 +141,13 @@ class Translator(
         start_id=2,
         end_id=3,
         encoder=None,
+        fused_loss=None,
         **kwargs,
     ):
         # Every argument is checked before anything is built.
         owner = "Translator"
+        if fused_loss is not None:
+            fused_loss = check_bool(fused_loss, "fused_loss", owner)
         context_vocabulary_size = check_optional_int(
             context_vocabulary_size, "context_vocabulary_size", owner
         )
@@ -171,6 +204,7 @@ class Translator(
         self.units = units
         self.start_id = start_id
         self.end_id = end_id
+        self.fused_loss = fused_loss
         # Sublayers take the model's dtype policy (`Translator(dtype=
         # "mixed_float16")`), as keras-hub's layers pass theirs on.
         self.encoder = encoder or Encoder(
@@ -202,7 +236,11 @@ class Translator(
 
     def call(self, inputs, training=None):
         context_tokens, target_in = inputs
-        logits = self._call_in_one_recurrence(context_tokens, target_in)
+        # Inside `train_step` with the fused loss: the output layer's input.
+        project = not (training and id(self) in _fused_models())
+        logits = self._call_in_one_recurrence(
+            context_tokens, target_in, project
+        )
         if logits is not None:
             return logits
         context = self.encoder(context_tokens, training=training)
@@ -211,9 +249,75 @@ class Translator(
             target_in,
             context_mask=padding_mask(context_tokens),
             training=training,
+            project=project,
         )
 
-    def _call_in_one_recurrence(self, context_tokens, target_in):
+    def _uses_fused_loss(self):
+        """True when the train step projects the real positions only (see
+        the `fused_loss` argument)."""
+        fused = self.fused_loss
+        if fused is None:
+            fused = prefers_fused_loss()
+        return (
+            fused
+            and isinstance(getattr(self, "loss", None), MaskedLoss)
+            and not getattr(self, "_fused_blocked_by_compile", True)
+            and self.compute_dtype == "float32"
+            and self.variable_dtype == "float32"
+            and self.loss.dtype == "float32"
+        )
+
+    def compile(self, *args, **kwargs):
+        super().compile(*args, **kwargs)
+        # Keras keeps the metrics of an earlier `compile` when this one has
+        # none: whether this one has any (or loss weights, which the fused
+        # loss does not apply) is read from its arguments.
+        arguments = (
+            inspect.signature(keras.Model.compile)
+            .bind(self, *args, **kwargs)
+            .arguments
+        )
+        self._fused_blocked_by_compile = bool(
+            arguments.get("metrics")
+            or arguments.get("weighted_metrics")
+            or arguments.get("loss_weights") is not None
+        )
+
+    def train_step(self, *args, **kwargs):
+        # Keras' own step (one signature per backend), with `call` and
+        # `compute_loss` switched to the fused loss while it runs (torch)
+        # or is traced (TensorFlow, JAX) on this thread.
+        if not self._uses_fused_loss():
+            return super().train_step(*args, **kwargs)
+        models = _fused_models()
+        models.add(id(self))
+        try:
+            return super().train_step(*args, **kwargs)
+        finally:
+            models.discard(id(self))
+
+    def compute_loss(
+        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
+    ):
+        if not (training and id(self) in _fused_models()):
+            return super().compute_loss(
+                x, y, y_pred, sample_weight, training=training
+            )
+        # `y_pred` is the output layer's input (`call` above).
+        output_layer = self.decoder.output_layer
+        loss = fused_masked_loss(
+            y_pred,
+            output_layer.kernel,
+            output_layer.bias,
+            y,
+            sample_weight=sample_weight,
+            label_smoothing=self.loss.label_smoothing,
+        )
+        for extra in self.losses:
+            loss = loss + ops.sum(ops.cast(extra, loss.dtype))
+        return loss
+
+    def _call_in_one_recurrence(self, context_tokens, target_in, project=True):
         """`call`'s logits with the encoder's two GRUs and the decoder's
         GRU in one recurrence (the decoder's GRU reads only the target
         ids, not the context), or None where that does not pay
@@ -251,7 +355,11 @@ class Translator(
             zero_output=(True, True, False),
         )
         return self.decoder.attend(
-            h, state, forward + backward, context_mask=context_mask
+            h,
+            state,
+            forward + backward,
+            context_mask=context_mask,
+            project=project,
         )
 
     def compute_output_shape(self, inputs_shape):
@@ -589,6 +697,7 @@ class Translator(
                 "units": self.units,
                 "start_id": self.start_id,
                 "end_id": self.end_id,
+                "fused_loss": self.fused_loss,
                 "encoder": keras.saving.serialize_keras_object(self.encoder),
             }
         )
