@@ -37,7 +37,7 @@ from kmodels.seq2seq.masking import PAD_ID
 # rounded up to a whole chunk (half a chunk wasted on average): with 320, the
 # benchmark batch's 941 real positions of 1,280 project 960 rows, with 512
 # they projected 1,024. Measured on the Seq2Seq train step, alternated in one
-# process: 320 against 512, JAX 0.87-0.96 and TensorFlow 0.96 of the time.
+# process: 320 against 512, JAX 0.90-0.98 and TensorFlow 0.97 of the time.
 # The loss alone on JAX: 160 and 256 no faster than 320, 1,024 1.3x slower
 # than 512 (a larger logits chunk).
 DEFAULT_CHUNK_SIZE = 320
