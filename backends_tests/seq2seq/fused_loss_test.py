@@ -67,7 +67,8 @@ def inputs(rng):
 
 
 CASES = {
-    # 5 real positions: chunks of 2 leave a partial last chunk; 512 is one.
+    # 5 real positions: chunks of 2 leave a partial last chunk; the default
+    # (320) is one.
     "plain_chunks_of_2": dict(chunk_size=2),
     "plain_default_chunk": dict(),
     "token_weights_and_smoothing": dict(
