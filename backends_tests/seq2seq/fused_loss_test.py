@@ -109,6 +109,31 @@ def test_loss_and_gradients_match_oracle_and_dense_path(inputs, case):
     assert not np.any(grads[0][labels == 0])
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch",
+    reason="a graph kept for a second backward pass (retain_graph) is "
+    "torch's autograd; TensorFlow and JAX differentiate functions",
+)
+def test_a_retained_graph_gives_the_same_gradients_twice(inputs):
+    # torch's projected cross-entropy turns its saved exponentials into
+    # the logits' gradient in place: a second backward pass recomputes
+    # them.
+    import torch
+
+    h, kernel, bias, labels = inputs
+    leaves = [torch.tensor(x, requires_grad=True) for x in (h, kernel, bias)]
+    loss = fused_masked_loss(*leaves, labels, label_smoothing=0.1)
+    loss.backward(retain_graph=True)
+    first = [leaf.grad.clone() for leaf in leaves]
+    for leaf in leaves:
+        leaf.grad = None
+    loss.backward()
+    _, want = _oracle(h, kernel, bias, labels, smoothing=0.1)
+    for leaf, got, expected in zip(leaves, first, want):
+        torch.testing.assert_close(leaf.grad, got, rtol=0, atol=0)
+        np.testing.assert_allclose(got.numpy(), expected, atol=ATOL, rtol=0)
+
+
 def test_all_padding_is_zero_with_zero_gradients(inputs):
     h, kernel, bias, _ = inputs
     holder = _Holder(h, kernel, bias)

@@ -24,6 +24,28 @@ def sparse_cross_entropy(labels, logits):
     return native.losses.sparse_cross_entropy(labels, logits)
 
 
+def projected_cross_entropy(labels, features, kernel, bias, label_smoothing):
+    """`sparse_cross_entropy(labels, features @ kernel + bias)`, label
+    smoothed as `MaskedLoss` does, in one backend kernel that writes the
+    logits once, or None where the backend has none (the caller projects
+    and calls `sparse_cross_entropy`). Only reached where
+    `real_positions` is not None (torch).
+
+    Args:
+        labels: int tensor `(n,)`, every value in `[0, vocab)`.
+        features: float32 `(n, units)`.
+        kernel: float32 `(units, vocab)`.
+        bias: float32 `(vocab,)`.
+        label_smoothing: float in `[0, 1]`.
+
+    Returns:
+        A float32 tensor `(n,)`, or None.
+    """
+    return native.losses.projected_cross_entropy(
+        labels, features, kernel, bias, label_smoothing
+    )
+
+
 def real_positions(mask):
     """The indices of the True entries of the boolean vector `mask` (int,
     `(n_true,)`) where shapes may depend on data (torch runs eagerly), or

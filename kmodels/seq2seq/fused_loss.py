@@ -14,8 +14,9 @@ gradients (the loss is a scalar: its gradient is known up to the upstream
 factor, applied in the backward pass), so no logits are kept or computed
 again for the backward pass (`kmodels.backend.rnn.custom_gradient`). On
 torch, which runs eagerly, the real positions are gathered
-(`kmodels.backend.losses.real_positions`) and projected in one product,
-differentiated by autograd.
+(`kmodels.backend.losses.real_positions`) and projected in one product
+fused with the cross-entropy (`projected_cross_entropy` of
+`kmodels.backend.losses`: one logits-sized tensor, forward and backward).
 
 `Translator` trains with it (`fused_loss`); see docs/seq2seq.md, section
 "Training without paying for padding".
@@ -26,6 +27,7 @@ import functools
 import keras
 from keras import ops
 
+from kmodels.backend.losses import projected_cross_entropy
 from kmodels.backend.losses import real_positions
 from kmodels.backend.losses import sparse_cross_entropy
 from kmodels.backend.replicas import sum_over_replicas
@@ -153,15 +155,18 @@ def fused_masked_loss(
 def _gathered(features, kernel, bias, labels, scale, smoothing):
     """The loss of the real positions `features (n, units)`, with the
     labels and shares of the mean `scale` of each."""
-    logits = ops.matmul(features, kernel) + bias
     vocab = kernel.shape[-1]
     in_range = ops.logical_and(
         ops.greater_equal(labels, 0), ops.less(labels, vocab)
     )
-    loss = sparse_cross_entropy(ops.where(in_range, labels, 0), logits)
-    if smoothing:
-        uniform = ops.logsumexp(logits, axis=-1) - ops.mean(logits, axis=-1)
-        loss = (1.0 - smoothing) * loss + smoothing * uniform
+    safe = ops.where(in_range, labels, 0)
+    loss = projected_cross_entropy(safe, features, kernel, bias, smoothing)
+    if loss is None:
+        logits = ops.matmul(features, kernel) + bias
+        loss = sparse_cross_entropy(safe, logits)
+        if smoothing:
+            uniform = ops.logsumexp(logits, axis=-1) - ops.mean(logits, axis=-1)
+            loss = (1.0 - smoothing) * loss + smoothing * uniform
     loss = ops.where(in_range, loss, float("nan"))
     return ops.sum(loss * scale)
 

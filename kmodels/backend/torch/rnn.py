@@ -63,13 +63,19 @@ class _GRURecurrence(torch.autograd.Function):
         units = h0.shape[-1]
         steps = x_proj.shape[0]
         shape = tuple(h0.shape)
-        states = x_proj.new_empty((steps,) + shape)
+        groups = shape[0]
+        # Each group's initial state, then its states, one after the
+        # other: the backward pass reads every step's previous state as
+        # one (steps x batch, units) matrix per group, without a copy.
+        history = x_proj.new_empty((groups, steps + 1) + shape[1:])
+        history[:, 0] = h0
+        states = history[:, 1:].transpose(0, 1)
         # z and r, then the candidate n, then the recurrent product
         # `h @ recurrent_kernel + bias` of every step.
         gates = x_proj.new_empty((steps,) + shape[:-1] + (2 * units,))
-        candidates = torch.empty_like(states)
+        candidates = x_proj.new_empty((steps,) + shape)
         inners = x_proj.new_empty((steps,) + shape[:-1] + (3 * units,))
-        h = h0
+        h = history[:, 0]
         for t in range(steps):
             inner = torch.baddbmm(recurrent_bias, h, kernel, out=inners[t])
             zr = torch.add(
@@ -87,23 +93,24 @@ class _GRURecurrence(torch.autograd.Function):
             )
         if any(ctx.needs_input_grad):
             ctx.save_for_backward(
-                h0, states, gates, candidates, inners, mask, kernel
+                history, gates, candidates, inners, mask, kernel
             )
         return states, h
 
     @staticmethod
     def backward(ctx, d_states, d_final):
-        h0, states, gates, candidates, inners, mask, kernel = ctx.saved_tensors
-        steps, groups, batch, units = states.shape
+        history, gates, candidates, inners, mask, kernel = ctx.saved_tensors
+        groups, steps, batch, units = history.shape
+        steps -= 1
         kernel_t = kernel.transpose(1, 2)
         # (groups, steps, batch, 3u): the kernel's and the bias's gradients
         # are then one product and one sum over contiguous rows.
-        d_inner = states.new_empty((groups, steps, batch, 3 * units))
-        d_x = states.new_empty((steps, groups, batch, 3 * units))
-        weights = mask.to(states.dtype)
+        d_inner = history.new_empty((groups, steps, batch, 3 * units))
+        d_x = history.new_empty((steps, groups, batch, 3 * units))
+        weights = mask.to(history.dtype)
         dh = d_final
         for t in range(steps - 1, -1, -1):
-            previous = states[t - 1] if t else h0
+            previous = history[:, t]
             z, r = gates[t, ..., :units], gates[t, ..., units:]
             n = candidates[t]
             d_state = dh + d_states[t]
@@ -131,12 +138,9 @@ class _GRURecurrence(torch.autograd.Function):
             # the recurrent kernel; at a padded one it is carried over.
             carried = d_state - real * one_minus_z
             dh = torch.baddbmm(carried, d_inner[:, t], kernel_t)
-        previous = torch.cat([h0[None], states[:-1]], dim=0)
+        previous = history[:, :-1].reshape(groups, steps * batch, units)
         flat_inner = d_inner.reshape(groups, steps * batch, 3 * units)
-        d_kernel = torch.bmm(
-            previous.permute(1, 3, 0, 2).reshape(groups, units, -1),
-            flat_inner,
-        )
+        d_kernel = torch.bmm(previous.transpose(1, 2), flat_inner)
         d_bias = flat_inner.sum(dim=1, keepdim=True)
         return d_x, dh, d_kernel, d_bias, None
 
