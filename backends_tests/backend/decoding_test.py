@@ -204,7 +204,6 @@ class _KerasHubBeam(keras_hub.samplers.BeamSampler):
 @pytest.mark.parametrize(
     "max_length, num_beams, vocab_t, options",
     [
-        (6, 4, 9, {}),
         # 12 beams, one step: 8 ids, so 4 beams descend from placeholders.
         (1, 12, 9, {}),
         # Enough ids for `beam_search.top_k`'s chunks (TensorFlow, JAX),
@@ -216,7 +215,10 @@ class _KerasHubBeam(keras_hub.samplers.BeamSampler):
             dict(no_repeat_ngram_size=1, banned_ids=[5], min_length=3),
         ),
     ],
-    ids=["4_beams", "placeholders", "chunks_constraints"],
+    # Each case compiles two loops on TensorFlow and JAX (~5 s each on the
+    # loaded 2-core machine): the unconstrained search at 4 beams is also
+    # `generate_test.py`'s, against the NumPy beam search.
+    ids=["placeholders", "chunks_constraints"],
 )
 def test_own_beam_search_equals_keras_hubs_loop(
     max_length, num_beams, vocab_t, options
