@@ -1,7 +1,8 @@
 """`kmodels.backend.decoding.greedy_loop` and `beam_loop` (torch's native
 greedy and beam search loops) against NumPy decoders built from the oracle
-(`kmodels.testing.oracle`), and the same answer from `Translator.generate`
-on every backend."""
+(`kmodels.testing.oracle`), the same answer from `Translator.generate`
+on every backend, and kmodels' own beam loops (torch's native one,
+`kmodels.seq2seq.beam_search` on TensorFlow and JAX) against keras-hub's."""
 
 import keras
 import keras_hub
@@ -13,6 +14,7 @@ from kmodels.backend.decoding import beam_loop
 from kmodels.backend.decoding import decoder_step
 from kmodels.backend.decoding import greedy_loop
 from kmodels.seq2seq import Translator
+from kmodels.seq2seq import beam_search
 from kmodels.seq2seq import decoding
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.testing import oracle
@@ -200,17 +202,35 @@ class _KerasHubBeam(keras_hub.samplers.BeamSampler):
 
 
 @pytest.mark.parametrize(
-    "max_length, num_beams",
-    # 12 beams, one step: 8 ids, so 4 beams descend from placeholders.
-    [(6, 4), (1, 12)],
+    "max_length, num_beams, vocab_t, options",
+    [
+        # 12 beams, one step: 8 ids, so 4 beams descend from placeholders.
+        (1, 12, 9, {}),
+        # Enough ids for `beam_search.top_k`'s chunks (TensorFlow, JAX),
+        # and every constraint.
+        (
+            6,
+            4,
+            1001,
+            dict(no_repeat_ngram_size=1, banned_ids=[5], min_length=3),
+        ),
+    ],
+    # Each case compiles two loops on TensorFlow and JAX (~5 s each on the
+    # loaded 2-core machine): the unconstrained search at 4 beams is also
+    # `generate_test.py`'s, against the NumPy beam search.
+    ids=["placeholders", "chunks_constraints"],
 )
-def test_native_beam_search_equals_keras_hubs_loop(max_length, num_beams):
-    model, tokens = _model(2)
-    if keras.backend.backend() != "torch":
-        # Both are keras-hub's loop on TensorFlow and JAX.
-        assert _beam_loop(model, tokens, max_length, num_beams, True) is None
-        return
-    native = [
+def test_own_beam_search_equals_keras_hubs_loop(
+    max_length, num_beams, vocab_t, options
+):
+    """kmodels' beam loop (torch's native one, `beam_search` in
+    `keras.ops` on TensorFlow and JAX) against keras-hub's, both through
+    `generate`."""
+    model, tokens = _model(2, vocab_t=vocab_t)
+    native = _beam_loop(model, tokens, max_length, num_beams, True)
+    # TensorFlow and JAX have no native loop: `beam_search` runs.
+    assert (native is None) == (keras.backend.backend() != "torch")
+    own = [
         np_(x)
         for x in model.generate(
             tokens,
@@ -219,24 +239,46 @@ def test_native_beam_search_equals_keras_hubs_loop(max_length, num_beams):
             num_beams=num_beams,
             return_all_beams=True,
             return_scores=True,
+            **options,
         )
     ]
     sampler = _KerasHubBeam(num_beams=num_beams, return_all_beams=True)
     hub = [
         np_(x)
         for x in model.generate(
-            tokens, max_length, sampler=sampler, return_scores=True
+            tokens, max_length, sampler=sampler, return_scores=True, **options
         )
     ]
     real = np.isfinite(hub[2])
     assert real.sum() == 4 * min(num_beams, 8)
-    np.testing.assert_array_equal(np.isfinite(native[2]), real)
+    np.testing.assert_array_equal(np.isfinite(own[2]), real)
     # The ids of the placeholders' descendants are arbitrary (ties at
     # -inf); the real beams are the same, in the same order.
-    np.testing.assert_array_equal(native[0][real], hub[0][real])
-    np.testing.assert_allclose(native[1][real], hub[1][real], atol=1e-6)
+    np.testing.assert_array_equal(own[0][real], hub[0][real])
+    np.testing.assert_allclose(own[1][real], hub[1][real], atol=1e-6)
     # log_softmax vs keras-hub's log(softmax): float32 rounding.
-    np.testing.assert_allclose(native[2], hub[2], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(own[2], hub[2], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n, k, chunk", [(1000, 4, 50), (203, 3, 10)])
+def test_top_k_in_chunks_equals_a_full_sort(n, k, chunk):
+    """`beam_search.top_k` (chunk maxima, then the best chunks) against
+    NumPy's sort; rows with `-inf` ids and ids past the last full chunk."""
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(5, n)).astype("float32")
+    x[0, :] = -np.inf
+    x[0, [7, n - 1]] = [1.0, 2.0]
+    x[1, n - 3 :] = 10.0 + np.arange(3)
+    x[2, rng.random(n) < 0.9] = -np.inf
+    values, index = map(np_, beam_search.top_k(x, k, chunk=chunk))
+    order = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    expected = np.take_along_axis(x, order, axis=1)
+    np.testing.assert_array_equal(values, expected)
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(index[finite], order[finite])
+    np.testing.assert_array_equal(
+        np.take_along_axis(x, index.astype("int64"), axis=1), values
+    )
 
 
 class _Native(Exception):

@@ -206,15 +206,9 @@ def test_a_row_with_no_allowed_id_stops_at_minus_infinity(model):
 
 class _HubBeam(keras_hub.samplers.BeamSampler):
     """A subclass: `generate` runs keras-hub's own beam loop with it on
-    every backend (torch's native loop takes the plain class only)."""
+    every backend (kmodels' own beam loops take the plain class only)."""
 
 
-@pytest.mark.skipif(
-    keras.backend.backend() != "torch",
-    reason="TensorFlow and JAX run keras-hub's loop for sampler='beam' "
-    "already (test_wide_beam_equals_exhaustive_search); only torch has "
-    "a native beam loop beside it",
-)
 def test_keras_hubs_beam_loop_applies_the_constraints(model):
     options = OPTIONS["all"]
     sampler = _HubBeam(num_beams=WIDE, return_all_beams=True)

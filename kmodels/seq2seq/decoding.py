@@ -28,13 +28,14 @@ cached per model by the sampler's configuration
 (`kmodels.seq2seq.sampling.Plan.key`), at most
 `MAX_LOOPS` of them.
 
-On torch, where the samplers' loops run eagerly, greedy decoding and beam
-search at temperature 1 (`"greedy"`, `"beam"` or a plain `GreedySampler`
-or `BeamSampler` instance) run natively instead
-(`kmodels.backend.decoding`): the same search, in torch operations on the
-layers' variables. So do random, top-k and top-p sampling (`"random"`,
-`"top_k"`, `"top_p"` or a plain `RandomSampler`, `TopKSampler` or
-`TopPSampler` instance): the same draws from the same random stream.
+Beam search at temperature 1 (`"beam"` or a plain `BeamSampler`) runs
+kmodels' own loop instead, the same search without keras-hub's per-step
+reordering of the cache: `kmodels.seq2seq.beam_search` in `keras.ops`, or
+natively on torch (`kmodels.backend.decoding`), where the samplers' loops
+run eagerly. There, greedy decoding, random, top-k and top-p sampling (by
+name, or a plain `GreedySampler`, `RandomSampler`, `TopKSampler` or
+`TopPSampler`) run natively too: the same ids, the same draws from the
+same random stream.
 """
 
 import keras
@@ -46,8 +47,10 @@ from kmodels.arguments import check_int
 from kmodels.backend import decoding as native_decoding
 from kmodels.backend import keras_internals
 from kmodels.backend.compiled import compile_inference_loop
+from kmodels.seq2seq import beam_search
 from kmodels.seq2seq import constraints
 from kmodels.seq2seq import sampling
+from kmodels.seq2seq.beam_search import ranked
 from kmodels.seq2seq.constraints import Constraints
 from kmodels.seq2seq.masking import padding_mask
 
@@ -240,19 +243,7 @@ def decode(
     score = constraints.normalise(score, ids, max_length)
     if not beam:
         return (ids, attention, score), states
-    return _ranked(ids, attention, score, return_all_beams), states
-
-
-def _ranked(ids, attention, score, return_all_beams):
-    """Beams `(batch, beams, ...)` sorted by `score`, best first (ties in
-    the search's order); every beam, or the best one."""
-    order = ops.argsort(-score, axis=1)
-    score = ops.take_along_axis(score, order, axis=1)
-    ids = ops.take_along_axis(ids, order[:, :, None], axis=1)
-    attention = ops.take_along_axis(attention, order[:, :, None, None], axis=1)
-    if return_all_beams:
-        return ids, attention, score
-    return ids[:, 0], attention[:, 0], score[:, 0]
+    return ranked(ids, attention, score, return_all_beams), states
 
 
 def _decode(
@@ -279,23 +270,17 @@ def _decode(
         isinstance(sampler, keras_hub.samplers.BeamSampler) and unit_temperature
     )
     if search_scores and type(sampler) is keras_hub.samplers.BeamSampler:
-        # torch runs keras-hub's beam loop eagerly, where its bookkeeping
-        # and masks over (batch * beams, vocabulary) logits cost more than
-        # the decoder's step; its native beam loop does the same search
-        # (None on TensorFlow and JAX, which compile keras-hub's loop).
+        # keras-hub's loop reorders its whole cache and ranks every
+        # (beam, id) at each step: kmodels' own loops do the same search
+        # for less, torch's natively (it runs eagerly there), else
+        # `kmodels.seq2seq.beam_search` in `keras.ops`.
+        args = (max_length, num_beams, return_all_beams, constraints)
         native = native_decoding.beam_loop(
-            model.decoder,
-            context,
-            context_mask,
-            model.start_id,
-            end_id,
-            max_length,
-            num_beams,
-            return_all_beams,
-            constraints,
+            model.decoder, context, context_mask, model.start_id, end_id, *args
         )
-        if native is not None:
-            return native, states
+        if native is None:
+            native = beam_search.beam_loop(model, context, context_mask, *args)
+        return native, states
     if num_beams > 1:
         # The beams of a row stay in that row (keras-hub gathers them
         # within it), so the context is repeated once, outside the loop.
@@ -470,7 +455,7 @@ def _decode(
         return ops.reshape(x, (-1, num_beams) + tuple(ops.shape(x)[1:]))
 
     ids, attention, score = beams(ids), beams(attention), beams(score)
-    return _ranked(ids, attention, score, return_all_beams), states
+    return ranked(ids, attention, score, return_all_beams), states
 
 
 def _sampling_rule(sampler):
