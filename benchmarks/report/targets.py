@@ -148,7 +148,10 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
                 _ratio(
                     _ms(table, "generate_beam", b), _ms(table, "generate", b)
                 ),
-                6.0,
+                # Issue 29 (was 6.0): TensorFlow and JAX run kmodels' own
+                # beam loop (`kmodels.seq2seq.beam_search`), torch its
+                # native loop.
+                3.0,
                 "<=",
             )
         )
