@@ -5,7 +5,8 @@ TensorFlow and JAX run keras-hub's sampler loops compiled with XLA
 (`kmodels.seq2seq.decoding`). There `TopKSampler.get_next_token` takes
 `keras.ops.top_k` of the `(batch, vocabulary)` probabilities at every
 step, and XLA's CPU top-k of whole rows is slow: for `(64, 5000)`, k=10,
-about as much as the softmax before it and the draw after it together.
+more than the softmax before it (JAX, timed alone: 0.63-0.84 ms, against
+0.26-0.47 ms for `top_k` below).
 
 - `faster_sampler` gives `generate` a copy of an exact `TopKSampler`
   whose `get_next_token` finds the same k candidates in two smaller
@@ -88,10 +89,10 @@ def top_k(x, k):
 
     Example:
 
-    >>> x = keras.ops.convert_to_tensor([[0.1, 0.4, 0.2, 0.4, 0.0, 0.3]])
+    >>> x = keras.ops.convert_to_tensor([[0.1, 0.4, 0.2, 0.5, 0.0, 0.3]])
     >>> values, ids = top_k(x, 2)
     >>> keras.ops.convert_to_numpy(ids).tolist()
-    [[1, 3]]
+    [[3, 1]]
     """
     n = ops.shape(x)[-1]
     chunk = chunk_size(n, k)
