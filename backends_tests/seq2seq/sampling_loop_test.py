@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from keras import ops
 
+from kmodels.backend.compiled import compile_inference_loop
 from kmodels.backend.decoding import sampling_loop
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import decoding
+from kmodels.seq2seq import sampling_loop as sampling_loop_module
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.testing import oracle
 from kmodels.testing.oracle import search
@@ -328,3 +330,137 @@ class _Native(Exception):
 
 class _Fallback(Exception):
     pass
+
+
+# A target vocabulary where a top-k of 3 runs in two stages on TensorFlow
+# and JAX (`sampling_loop.chunk_size`: chunks of 6).
+WIDE_VOCAB_T = 120
+
+
+@pytest.fixture(scope="module")
+def wide_model():
+    rng = np.random.default_rng(8)
+    tokens = rng.integers(1, 20, (8, 6)).astype("int32")
+    tokens[1, 3:] = 0
+    model = Translator(20, WIDE_VOCAB_T, UNITS, start_id=START, end_id=END)
+    model.build((tokens.shape, (8, 1)))
+    # Large logits: a few ids hold most of the probability, so that the
+    # draws differ from one seed to another and rows end.
+    model.set_weights(
+        [rng.uniform(-2, 2, w.shape).astype("float32") for w in model.weights]
+    )
+    return model, tokens
+
+
+def _oracle_top_k(x, k):
+    """The k largest entries of each row, largest first, ties to the lower
+    id (NumPy's stable sort)."""
+    order = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+    return np.take_along_axis(x, order, axis=-1), order
+
+
+@pytest.mark.parametrize("n, k", [(120, 3), (997, 5), (1000, 1)])
+def test_top_k_in_two_stages_is_the_top_k(n, k):
+    """`sampling_loop.top_k` (two stages here: `chunk_size` is not None;
+    997 is prime, its rows padded) returns the k largest entries and
+    their ids, largest first, as the NumPy oracle, compiled as in
+    `generate`; with ties, exactly what `keras.ops.top_k(sorted=False)`
+    returns compiled (keras-hub's call), ties to the lower id.
+
+    torch: only the oracle on distinct values. There `generate` never runs
+    it (its native loop samples), and torch's unsorted top-k has no fixed
+    order to match."""
+    assert sampling_loop_module.chunk_size(n, k) is not None
+    rng = np.random.default_rng(n)
+    distinct = rng.permutation(16 * n).reshape(16, n).astype("float32")
+    # Ties within and across chunks, and between chunk maxima.
+    tied = np.round(rng.normal(size=(16, n)), 1).astype("float32")
+    tied[:4] = np.maximum(tied[:4], 0.5)
+
+    def both(x):
+        return sampling_loop_module.top_k(x, k), ops.top_k(x, k, sorted=False)
+
+    run = compile_inference_loop(both, [])
+    (values, ids), _ = run(ops.convert_to_tensor(distinct))
+    want_values, want_ids = _oracle_top_k(distinct, k)
+    np.testing.assert_array_equal(np_(values), want_values)
+    np.testing.assert_array_equal(np_(ids), want_ids)
+    if keras.backend.backend() == "torch":
+        return
+    (values, ids), (hub_values, hub_ids) = run(ops.convert_to_tensor(tied))
+    np.testing.assert_array_equal(np_(ids), np_(hub_ids))
+    np.testing.assert_array_equal(np_(values), np_(hub_values))
+    np.testing.assert_array_equal(np_(ids), _oracle_top_k(tied, k)[1])
+
+
+def test_the_top_k_sampler_draws_keras_hubs_ids(monkeypatch, wide_model):
+    """A `TopKSampler` and keras-hub's own loop (a subclass) give the same
+    ids, attention and scores from a seed and advance an unseeded
+    instance's stream alike (constraints only change the logits the
+    sampler sees: `test_the_native_loop_draws_keras_hubs_ids`): through the
+    two-stage top-k on TensorFlow and JAX (it runs: a spy counts its
+    traces), the native loop on torch."""
+    model, tokens = wide_model
+    traces = []
+    two_stage = sampling_loop_module.top_k
+
+    def spy(x, k):
+        traces.append(k)
+        return two_stage(x, k)
+
+    monkeypatch.setattr(sampling_loop_module, "top_k", spy)
+    kwargs = dict(k=3, temperature=2.5)
+    sampler = keras_hub.samplers.TopKSampler(seed=9, **kwargs)
+    hub_sampler = _HubTopK(seed=9, **kwargs)
+    calls = []
+    # The second call continues each stream.
+    for _ in range(2):
+        got, want = (
+            [
+                np_(x)
+                for x in model.generate(
+                    tokens, LENGTH, sampler=s, return_scores=True
+                )
+            ]
+            for s in (sampler, hub_sampler)
+        )
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(
+            np_(sampler.seed_generator.state),
+            np_(hub_sampler.seed_generator.state),
+        )
+        # Sampled: several distinct ids.
+        assert len(np.unique(got[0])) >= 6
+        calls.append(got[0])
+    # The stream moved on: the second call drew other ids.
+    assert np.any(calls[0] != calls[1])
+    assert traces == ([] if keras.backend.backend() == "torch" else [3])
+
+
+def test_unit_temperature_leaves_the_softmax_bit_for_bit():
+    """`sampling_loop.scale` returns the logits as they are at temperature
+    1: their softmax is the softmax of the logits less their maximum
+    divided by 1 (the scaling's definition), bit for bit, compiled as in
+    `generate`; at another temperature, the NumPy oracle's."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 4, (16, WIDE_VOCAB_T)).astype("float32")
+    logits[:, 0] = -np.inf
+    is_pad = np.arange(WIDE_VOCAB_T) == 0
+
+    def softmaxes(logits, temperature):
+        top = ops.max(logits, axis=-1, keepdims=True)
+        defined = ops.where(is_pad, -np.inf, (logits - top) / temperature)
+        scaled = sampling_loop_module.scale(logits, temperature, is_pad)
+        return ops.softmax(scaled), ops.softmax(defined)
+
+    run = compile_inference_loop(softmaxes, [])
+    got, defined = run(
+        ops.convert_to_tensor(logits), ops.convert_to_tensor(1.0)
+    )
+    np.testing.assert_array_equal(np_(got), np_(defined))
+    got, _ = run(ops.convert_to_tensor(logits), ops.convert_to_tensor(2.0))
+    z = logits.astype("float64") / 2.0
+    want = np.exp(z - z.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np_(got), want, rtol=1e-5, atol=1e-7)

@@ -50,6 +50,7 @@ from kmodels.backend.compiled import compile_inference_loop
 from kmodels.seq2seq import beam_search
 from kmodels.seq2seq import constraints
 from kmodels.seq2seq import sampling
+from kmodels.seq2seq import sampling_loop
 from kmodels.seq2seq.beam_search import ranked
 from kmodels.seq2seq.constraints import Constraints
 from kmodels.seq2seq.masking import padding_mask
@@ -301,7 +302,7 @@ def _decode(
         )
         if native is not None:
             return native, states
-    rule = _sampling_rule(sampler)
+    rule = sampling_loop.sampling_rule(sampler)
     if rule is not None and num_beams == 1 and temperature is not None:
         # torch runs keras-hub's sampler loops eagerly; its native loop
         # draws the same ids from the same stream (None on TensorFlow and
@@ -329,15 +330,6 @@ def _decode(
     is_pad = ops.arange(vocabulary, dtype="int32") == 0
     # A row that has ended may only produce the padding id.
     ended_logits = ops.cast(ops.where(is_pad, 0.0, NEG_INF), "float32")[None]
-
-    def scale(logits):
-        # Divided by the temperature less their maximum: the most likely
-        # ids stay at 0 (a tiny temperature, even one float32 flushes to
-        # 0, gives -inf elsewhere, never inf or NaN), and the padding id is
-        # masked again afterwards (-inf / inf is NaN).
-        top = ops.max(logits, axis=-1, keepdims=True)
-        scaled = ops.where(logits == top, 0.0, (logits - top) / temperature)
-        return ops.where(is_pad, NEG_INF, scaled)
 
     def next_logits(prompt, cache, index):
         state, log_probs, score, attention = cache
@@ -385,7 +377,7 @@ def _decode(
                 ended = ops.logical_or(ended, dead)
                 logits = allowed
         if temperature is not None:
-            logits = scale(logits)
+            logits = sampling_loop.scale(logits, temperature, is_pad)
         logits = ops.where(ended[:, None], ended_logits, logits)
         attention = ops.slice_update(
             attention, [0, index - 1, 0], ops.cast(weights, attention.dtype)
@@ -412,6 +404,8 @@ def _decode(
     reads = []
     if native_step is None:
         reads = [(v, ops.convert_to_tensor(v)) for v in model.variables]
+    # An exact top-k sampler draws through a cheaper top-k: the same ids.
+    sampler = sampling_loop.faster_sampler(sampler, vocabulary)
     # keras-hub's loop with the random state in the loop variables, on
     # this call's `states`, run by this call's own copy of the sampler.
     loop = _StatefulLoop(sampler, states, reads)
@@ -456,24 +450,6 @@ def _decode(
 
     ids, attention, score = beams(ids), beams(attention), beams(score)
     return ranked(ids, attention, score, return_all_beams), states
-
-
-def _sampling_rule(sampler):
-    """`(kind, k, p)` of a keras-hub `RandomSampler`, `TopKSampler` or
-    `TopPSampler` (exactly these classes, at temperature 1: a subclass may
-    draw otherwise), for `kmodels.backend.decoding.sampling_loop`; None
-    for any other sampler."""
-    samplers = keras_hub.samplers
-    if sampler.temperature != 1.0 or len(sampler.variables) != 1:
-        return None
-    if type(sampler) is samplers.RandomSampler:
-        return ("random", None, None)
-    if type(sampler) is samplers.TopKSampler:
-        return ("top_k", int(sampler.k), None)
-    if type(sampler) is samplers.TopPSampler:
-        k = None if sampler.k is None else int(sampler.k)
-        return ("top_p", k, float(sampler.p))
-    return None
 
 
 def check_search(
