@@ -14,8 +14,8 @@ from kmodels.backend.decoding import beam_loop
 from kmodels.backend.decoding import decoder_step
 from kmodels.backend.decoding import greedy_loop
 from kmodels.seq2seq import Translator
-from kmodels.seq2seq import beam_search
 from kmodels.seq2seq import decoding
+from kmodels.seq2seq import sampling_loop
 from kmodels.seq2seq.masking import padding_mask
 from kmodels.testing import oracle
 from kmodels.testing.oracle import search
@@ -262,7 +262,8 @@ def test_own_beam_search_equals_keras_hubs_loop(
 
 @pytest.mark.parametrize("n, k, chunk", [(1000, 4, 50), (203, 3, 10)])
 def test_top_k_in_chunks_equals_a_full_sort(n, k, chunk):
-    """`beam_search.top_k` (chunk maxima, then the best chunks) against
+    """`sampling_loop.top_k` (chunk maxima, then the best chunks), as beam
+    search uses it, against
     NumPy's sort; rows with `-inf` ids and ids past the last full chunk."""
     rng = np.random.default_rng(n)
     x = rng.normal(size=(5, n)).astype("float32")
@@ -270,7 +271,7 @@ def test_top_k_in_chunks_equals_a_full_sort(n, k, chunk):
     x[0, [7, n - 1]] = [1.0, 2.0]
     x[1, n - 3 :] = 10.0 + np.arange(3)
     x[2, rng.random(n) < 0.9] = -np.inf
-    values, index = map(np_, beam_search.top_k(x, k, chunk=chunk))
+    values, index = map(np_, sampling_loop.top_k(x, k, chunk=chunk))
     order = np.argsort(-x, axis=1, kind="stable")[:, :k]
     expected = np.take_along_axis(x, order, axis=1)
     np.testing.assert_array_equal(values, expected)

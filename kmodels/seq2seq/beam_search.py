@@ -33,14 +33,13 @@ renormalised).
 
 from keras import ops
 
+from kmodels.seq2seq.sampling_loop import top_k
+
 NEG_INF = float("-inf")
 # keras-hub's initial score of the placeholder beams, and the score below
 # which a beam descends from one of them.
 _PLACEHOLDER = -1e9
 _PLACEHOLDER_LOG_PROB = -1e8
-# Logits per chunk in `top_k`'s first pass (the fastest of 50, 125, 250
-# and 500 for (256, 5000) logits).
-_CHUNK = 50
 
 
 def beam_loop(
@@ -201,30 +200,6 @@ def beam_loop(
         return ops.reshape(x, (-1, num_beams) + tuple(ops.shape(x)[1:]))
 
     return ranked(split(ids), split(attention), split(scores), return_all_beams)
-
-
-def top_k(x, k, chunk=_CHUNK):
-    """`ops.top_k(x, k)` of a float `(rows, n)` `x`, the same values and
-    indices (ties aside) for less: the `k` largest values of a row lie in
-    the `k` chunks of `chunk` values with the largest maxima (a chunk
-    whose maximum is below the k-th value holds none of them), so a
-    maximum over each chunk, one top-k over the chunks' maxima and one
-    over the `k` chosen chunks replace a top-k over the whole row, XLA's
-    costliest pass over the logits (2.2 ms against 1.7 ms with the three
-    for `(256, 5000)`, k=4, JAX on the CPU)."""
-    n = x.shape[-1]
-    chunks = -(-n // chunk)
-    if chunks < 4 * k:
-        return ops.top_k(x, k)
-    x = ops.pad(x, [[0, 0], [0, chunks * chunk - n]], constant_values=NEG_INF)
-    x = ops.reshape(x, (-1, chunks, chunk))
-    _, best = ops.top_k(ops.max(x, axis=-1), k)
-    best = ops.cast(best, "int32")
-    picked = ops.take_along_axis(x, best[:, :, None], axis=1)
-    values, at = ops.top_k(ops.reshape(picked, (-1, k * chunk)), k)
-    at = ops.cast(at, "int32")
-    index = ops.take_along_axis(best, at // chunk, axis=1) * chunk
-    return values, index + at % chunk
 
 
 def _backtrack(tokens, parents, weights, max_length):

@@ -71,10 +71,11 @@ def chunk_size(vocabulary, k):
     return chunk
 
 
-def top_k(x, k):
+def top_k(x, k, chunk=None):
     """`keras.ops.top_k(x, k)` of a 2-D float tensor without NaN, in two
     smaller top-ks: the same `(values, indices)`, largest first, ties in
-    id order.
+    id order (top-k sampling here, beam search in
+    `kmodels.seq2seq.beam_search`).
 
     Each chunk of `chunk_size` entries of a row is represented by its
     maximum. An entry among the k largest (ties to the lower id) lies in
@@ -86,6 +87,8 @@ def top_k(x, k):
     Args:
         x: float `(rows, n)`, no NaN.
         k: int, `1 <= k <= n`.
+        chunk: optional int, the chunk length (tests); by default
+            `chunk_size(n, k)`.
 
     Example:
 
@@ -95,7 +98,8 @@ def top_k(x, k):
     [[3, 1]]
     """
     n = ops.shape(x)[-1]
-    chunk = chunk_size(n, k)
+    if chunk is None:
+        chunk = chunk_size(n, k)
     if chunk is None:
         return ops.top_k(x, k)
     chunks = -(-n // chunk)
