@@ -76,8 +76,9 @@ def test_first_fit_on_a_pydataset_with_workers_retrains_prefetched_batches():
     one batch to build the loss, then restarts a `PyDataset` whose workers'
     queue still holds the batches they prefetched: the epoch trains those
     again and never reaches its last ones. TensorFlow builds inside its
-    first step and reads no batch before. (kmodels cannot reach Keras'
-    epoch iterator; docs/growable_embedding.md says how to avoid it.)"""
+    first step and reads no batch before. (kmodels cannot reach a plain
+    Keras model's build; its own models hand Keras their batch specs and
+    read nothing first: concurrency_test.py.)"""
     import time
 
     trained = []

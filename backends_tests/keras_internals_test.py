@@ -158,6 +158,44 @@ def test_auto_jit_compile_hook():
     assert model.jit_compile is False
 
 
+class _KnownBatch(keras_internals.BuildWithoutData, keras.Model):
+    def __init__(self):
+        super().__init__(name="known_batch")
+        self.dense = keras.layers.Dense(1)
+        self.specs = 0
+
+    def call(self, x):
+        return self.dense(x)
+
+    def _batch_spec(self):
+        self.specs += 1
+        return keras.KerasTensor((None, 3)), keras.KerasTensor((None, 1))
+
+
+def test_build_without_data_reads_no_batch():
+    # JAX and torch build the loss before the first step, from the spec
+    # (once; without it they read batch 0 twice); TensorFlow (no strategy)
+    # builds inside its first step and never asks.
+    read = []
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            read.append(i)
+            return np.full((2, 3), i, "float32"), np.zeros((2, 1), "float32")
+
+    model = _KnownBatch()
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(Batches(), shuffle=False, verbose=0)
+    if keras.backend.backend() == "tensorflow":
+        # Its `tf.data` adapter reads two batches first for their signature.
+        assert read == [0, 1, 0, 1, 2] and model.specs == 0
+    else:
+        assert read == [0, 1, 2] and model.specs == 1
+
+
 def test_keras_mask_read_and_written():
     x = keras.ops.ones((2, 3))
     assert keras_internals.get_keras_mask(x) is None

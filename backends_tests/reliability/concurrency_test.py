@@ -5,7 +5,9 @@
   duplicates, a save/load round trip gives the same mapping (and, bounded,
   evicts as the original), and a table fed by workers that look keys up
   ahead of the step is never handed a row it cannot hold; its weights
-  equal a NumPy SGD oracle of the batches in training order.
+  equal a NumPy SGD oracle of the batches in training order. The first
+  `fit` and `evaluate` of a `Translator` or `Autoencoder` on a
+  `PyDataset(workers=4)` use every batch once, in order.
 - Models: a call from another thread while an entry point (`fit`) runs is
   refused with a `RuntimeError` before it reads or changes anything, on
   every backend (JAX's trainer holds the variables outside the model
@@ -36,8 +38,10 @@ from kmodels.callbacks import EmbeddingGrowth
 from kmodels.contracts.hook import running
 from kmodels.layers import KeyIndex
 from kmodels.layers import PositionalEmbedding
+from kmodels.seq2seq import Autoencoder
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import decoding
+from kmodels.seq2seq import masked_loss
 from kmodels.testing.row_sum import initial_rows
 from kmodels.testing.row_sum import row_sum_model
 from kmodels.testing.row_sum import row_sum_table
@@ -280,6 +284,82 @@ def test_pydataset_workers_feed_a_growing_table_exactly(bounded):
         atol=1e-5,
         rtol=0,
     )
+
+
+class _Slow(keras.utils.PyDataset):
+    """Batch `i` of `batches`; batch 0 comes late, so the other workers
+    fill the queue meanwhile."""
+
+    def __init__(self, batches, **kwargs):
+        super().__init__(**kwargs)
+        self.batches = batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, i):
+        if i == 0:
+            time.sleep(0.2)
+        return self.batches[i]
+
+
+def _own_model(kind):
+    keras.utils.set_random_seed(4)
+    if kind == "translator":
+        model = Translator(20, 20, 8, start_id=1, end_id=2)
+    else:
+        model = Autoencoder(20, 8)
+    model.compile(
+        keras.optimizers.SGD(0.5), loss=masked_loss, metrics=["accuracy"]
+    )
+    return model
+
+
+def _own_batches(kind, count=6):
+    rng = np.random.default_rng(6)
+    batches = []
+    for _ in range(count):
+        ids = rng.integers(1, 20, size=(3, 4, 5)).astype("int32")
+        if kind == "translator":
+            batches.append(((ids[0], ids[1]), ids[2]))
+        else:
+            batches.append((ids[0], ids[0]))
+    return batches
+
+
+@pytest.mark.parametrize("kind", ["translator", "autoencoder"])
+def test_pydataset_workers_train_kmodels_models_on_every_batch_in_order(kind):
+    """The first `fit` and `evaluate` after `compile` on a
+    `PyDataset(workers=4)`: every batch once, in order, on every backend
+    (was, on JAX and torch: Keras read a batch to build the loss, restarted
+    the data, trained the queued batches first and never reached the last
+    ones; plain Keras models still do, `backend_differences_test.py`)."""
+    batches = _own_batches(kind)
+    model = _own_model(kind)
+    model.fit(
+        _Slow(batches, workers=4, max_queue_size=6), shuffle=False, verbose=0
+    )
+    serial = _own_model(kind)
+    for x, y in batches:
+        serial.train_on_batch(x, y)
+    for got, want in zip(model.weights, serial.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(got),
+            keras.ops.convert_to_numpy(want),
+            atol=1e-6,
+            rtol=0,
+            err_msg=got.path,
+        )
+    if kind == "translator":
+        fresh = _own_model(kind)
+        got = fresh.evaluate(
+            _Slow(batches, workers=4, max_queue_size=6), verbose=0
+        )
+        want = [
+            fresh.evaluate(x, y, batch_size=4, verbose=0) for x, y in batches
+        ]
+        # Equal batches: the epoch's figures are the batches' means.
+        np.testing.assert_allclose(got, np.mean(want, axis=0), atol=1e-6)
 
 
 # ------------------------------------------------ models and threads

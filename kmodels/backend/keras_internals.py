@@ -17,6 +17,8 @@ file and line, on any other.
   optimizer classes (torch's Adam) a saved compile config records.
 - `AutoJitCompileHook`: a model mixin that may turn XLA on where Keras'
   `jit_compile="auto"` would not.
+- `BuildWithoutData`: a model mixin that builds the loss and metrics from
+  known batch specs, without reading the data.
 - `get_keras_mask`, `set_keras_mask`: the mask a tensor carries.
 - `compute_output_spec`: a function's output specs, traced by the backend.
 - `mean_loss`: a per-example Keras loss function as a `keras.losses.Loss`.
@@ -164,6 +166,31 @@ class AutoJitCompileHook:
         ):
             return True
         return super()._resolve_auto_jit_compile()
+
+
+class BuildWithoutData:
+    """Mixin of a `keras.Model` (before it in the bases) that builds its
+    loss and metrics from the specs of a batch it knows, without reading
+    the data.
+
+    On JAX and torch, Keras' first `fit` (and `evaluate`) after `compile`
+    reads one batch to build the loss and metrics, then restarts the data.
+    A `keras.utils.PyDataset` with workers keeps the batches its workers
+    had already queued: the epoch trains those first (and again later) and
+    never reaches its last ones (Keras 3.15; TensorFlow builds inside its
+    first step and reads nothing). `_batch_spec()` returns `(x, y)` as
+    `keras.KerasTensor`s (or `None`: Keras reads a batch, as before); the
+    build then reads no data. Keras does it in a private `Trainer` method,
+    with no public hook: this overrides it.
+    """
+
+    def _batch_spec(self):
+        return None
+
+    def _symbolic_build(self, iterator=None, data_batch=None):
+        if data_batch is None:
+            data_batch = self._batch_spec()
+        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
 
 
 def get_keras_mask(x):

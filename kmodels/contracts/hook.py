@@ -218,9 +218,14 @@ def install_step_hook(model, kind):
     steps.add_hook(model, kind, _ContractHook())
 
 
-class ContractModel:
+class ContractModel(keras_internals.BuildWithoutData):
     """Mixin of kmodels' own models: every compiled entry point checks its
-    data with `self.check_batch(x, y, training)` before any step runs."""
+    data with `self.check_batch(x, y, training)` before any step runs.
+
+    A model that knows its batches' specs returns them from `_batch_spec()`
+    (`keras_internals.BuildWithoutData`): Keras then builds its loss and
+    metrics without reading a batch first, so a `PyDataset` with workers
+    trains every batch once, in order, on every backend."""
 
     def _kmodels_check_batch(self, x, y, training):
         self.check_batch(x, y, training)

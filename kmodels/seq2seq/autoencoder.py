@@ -114,6 +114,12 @@ class Autoencoder(
     def compute_output_shape(self, tokens_shape):
         return tuple(tokens_shape) + (self.vocabulary_size,)
 
+    def _batch_spec(self):
+        # `tokens, tokens`: what `fit` and `evaluate` build the loss and
+        # metrics from (`ContractModel`).
+        ids = keras.KerasTensor((None, None), "int32")
+        return ids, ids
+
     def check_batch(self, x, y=None, training=False):
         """Checks a batch (or all the data) of `fit` / `evaluate` /
         `predict` / `*_on_batch`, before any compiled step: `x` ids in

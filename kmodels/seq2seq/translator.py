@@ -350,6 +350,12 @@ class Translator(
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[1]) + (self.target_vocabulary_size,)
 
+    def _batch_spec(self):
+        # `(context_tokens, target_in), target_out`: what `fit` and
+        # `evaluate` build the loss and metrics from (`ContractModel`).
+        ids = keras.KerasTensor((None, None), "int32")
+        return (ids, ids), ids
+
     def check_batch(self, x, y=None, training=False):
         """Checks a batch (or all the data) of `fit` / `evaluate` /
         `predict` / `*_on_batch` against the model's input contract, before
