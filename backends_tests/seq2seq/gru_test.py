@@ -281,9 +281,9 @@ def test_inputs_of_different_lengths_match_the_numpy_oracle(rng):
     # The translator's loop: a forward and a backward GRU over a 6-step
     # input and a third GRU over another, 4-step input (its loop runs 2
     # steps more, state carried over; torch projects each group into one
-    # buffer inside its recurrence). Outputs against
-    # `kmodels.testing.oracle.gru` (float32 against float64, measured
-    # differences < 1e-6) and gradients of every input and weight against
+    # buffer inside its recurrence). The outputs' weighted sum against
+    # `kmodels.testing.oracle.gru` (float32 against float64, bound 1e-5)
+    # and gradients of every input and weight against
     # the oracle's central differences (bound 1e-4, as above).
     batch, features, units = 4, 2, 2
     long_x, long_mask = _inputs(rng)
@@ -348,11 +348,9 @@ def test_inputs_of_different_lengths_match_the_numpy_oracle(rng):
         )
 
     params = [np_(v) for v in holder.trainable_variables]
-    outputs, finals = run()
-    for g, (seq, h) in enumerate(oracle(params)):
-        np.testing.assert_allclose(np_(outputs[g]), seq, atol=TOL)
-        np.testing.assert_allclose(np_(finals[g]), h, atol=TOL)
-    _, grads = loss_gradients(holder, loss)
+    value, grads = loss_gradients(holder, loss)
+    # The outputs through their weighted sum (one run: JAX compiles each).
+    np.testing.assert_allclose(float(value), oracle_loss(params), atol=TOL)
     expected = numerical_gradient(oracle_loss, params)
     assert len(grads) == len(expected) == 11
     for got, want in zip(grads, expected):
