@@ -9,7 +9,9 @@ each step is one batched `h @ recurrent_kernel` and a few elementwise ops,
 and the backward pass is written by hand (one batched product per step; the
 recurrent kernels' gradient is one product over every step after the loop,
 where automatic differentiation adds one per step). torch runs the same
-loop in its own operations (`kmodels.backend.rnn.gru_recurrence`).
+loop in its own operations (`kmodels.backend.rnn.gru_recurrence`), at
+float32 with the input projections inside it, written into one buffer
+(`kmodels.backend.rnn.gru_projected_recurrence`).
 
 The arithmetic is that of `keras.layers.GRU(reset_after=True)` (the
 default: gates `z, r, h` in that order in `kernel`, `recurrent_kernel` and
