@@ -167,8 +167,11 @@ def run_grus(layers, inputs, masks, initial_states, reverse, zero_output):
     def variable(v):
         return ops.cast(v, dtype)
 
-    # torch projects inside its recurrence (one buffer, no stacking).
+    # torch projects inside its recurrence (one buffer, no stacking), when
+    # every input is a tensor it can take.
     fused = gru_projected_recurrence(inputs[0])
+    if any(gru_projected_recurrence(x) is None for x in inputs):
+        fused = None
     # One matmul per distinct input tensor, for every layer that reads it.
     projected = [None] * len(layers)
     for g, x in enumerate(inputs):
