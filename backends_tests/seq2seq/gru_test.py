@@ -261,3 +261,97 @@ def test_bfloat16_inputs_run_and_match_the_float32_oracle(rng):
     )
     assert [str(g.dtype) for g in grads] == ["float32"] * 3
     assert all(np.all(np.isfinite(g)) and np.any(g != 0) for g in grads)
+
+
+class _TwoInputs(keras.layers.Layer):
+    """`_Inputs` with two input sequences."""
+
+    def __init__(self, grus, xs):
+        super().__init__()
+        self.grus = grus
+        self.xs = [
+            self.add_weight(
+                shape=x.shape, initializer=keras.initializers.Constant(x)
+            )
+            for x in xs
+        ]
+
+
+def test_inputs_of_different_lengths_match_the_numpy_oracle(rng):
+    # The translator's loop: a forward and a backward GRU over a 6-step
+    # input and a third GRU over another, 4-step input (its loop runs 2
+    # steps more, state carried over; torch projects each group into one
+    # buffer inside its recurrence). The outputs' weighted sum against
+    # `kmodels.testing.oracle.gru` (float32 against float64, bound 1e-5)
+    # and gradients of every input and weight against
+    # the oracle's central differences (bound 1e-4, as above).
+    batch, features, units = 4, 2, 2
+    long_x, long_mask = _inputs(rng)
+    long_x = long_x[..., :features]
+    short_x = rng.standard_normal((batch, 4, features)).astype("float32")
+    short_mask = np.ones((batch, 4), bool)
+    short_mask[0, 3:] = False
+    short_mask[2, :1] = False
+    grus = []
+    for _ in range(3):
+        gru = keras.layers.GRU(units, return_sequences=True)
+        gru.build((batch, None, features))
+        _randomize(gru, rng)
+        grus.append(gru)
+    holder = _TwoInputs(grus, (long_x, short_x))
+    masks = (long_mask, long_mask, short_mask)
+    backwards = (False, True, False)
+    lengths = (STEPS, STEPS, 4)
+    w_out = [rng.standard_normal((batch, n, units)) for n in lengths]
+    w_final = [rng.standard_normal((batch, units)) for _ in range(3)]
+
+    def run():
+        long_, short_ = (ops.convert_to_tensor(x) for x in holder.xs)
+        zeros = ops.zeros((batch, units))
+        return run_grus(
+            grus,
+            (long_, long_, short_),
+            masks,
+            (zeros,) * 3,
+            backwards,
+            (True,) * 3,
+        )
+
+    def loss():
+        outputs, finals = run()
+        total = 0.0
+        for out, final, w, v in zip(outputs, finals, w_out, w_final):
+            total = total + ops.sum(out * ops.convert_to_tensor(w, "float32"))
+            total = total + ops.sum(final * ops.convert_to_tensor(v, "float32"))
+        return total
+
+    def oracle(params):
+        outputs = []
+        for g in range(3):
+            kernel, recurrent, bias = params[2 + 3 * g : 5 + 3 * g]
+            seq, h = oracle_gru(
+                params[0 if g < 2 else 1],
+                kernel,
+                recurrent,
+                bias,
+                mask=masks[g],
+                go_backwards=backwards[g],
+                zero_output_for_mask=True,
+            )
+            outputs.append((seq[:, ::-1] if backwards[g] else seq, h))
+        return outputs
+
+    def oracle_loss(params):
+        return sum(
+            np.sum(seq * w_out[g]) + np.sum(h * w_final[g])
+            for g, (seq, h) in enumerate(oracle(params))
+        )
+
+    params = [np_(v) for v in holder.trainable_variables]
+    value, grads = loss_gradients(holder, loss)
+    # The outputs through their weighted sum (one run: JAX compiles each).
+    np.testing.assert_allclose(float(value), oracle_loss(params), atol=TOL)
+    expected = numerical_gradient(oracle_loss, params)
+    assert len(grads) == len(expected) == 11
+    for got, want in zip(grads, expected):
+        np.testing.assert_allclose(got, want, atol=1e-4)

@@ -77,6 +77,28 @@ def gru_recurrence():
     return native.rnn.gru_recurrence()
 
 
+def gru_projected_recurrence(x):
+    """`gru_recurrence` with the input projections inside it, or None
+    (TensorFlow and JAX, and torch below float32, where
+    `kmodels.seq2seq.gru` projects the inputs in `keras.ops` and stacks
+    them). torch writes each group's projection with its bias into one
+    group-major buffer: no fresh projected, flipped and stacked copies
+    (forward), nor their unstacked, flipped and joined gradients
+    (backward).
+
+    `x` is a float input of the recurrence (its dtype decides). The
+    function takes `(inputs, sources, kernels, biases, reverse, h0,
+    kernel, recurrent_bias, mask)`: the distinct batch-major inputs
+    `(batch, t_i, features_i)`; per group, the index of its input, its
+    input kernel `(features, 3u)`, input bias `(3u,)` and whether it reads
+    its input last step first; then `h0`, `kernel`, `recurrent_bias` and
+    `mask` as `gru_recurrence` takes them (the mask in each group's
+    processing order, False after a group's own steps). It returns
+    `gru_recurrence`'s `(states, final)`.
+    """
+    return native.rnn.gru_projected_recurrence(x)
+
+
 def scan(f, init, xs, reverse=False):
     """`keras.ops.scan(f, init, xs, reverse=reverse)` over the leading axis
     of the tensors in the tuple `xs`, with `f` returning `(carry, ys)`,

@@ -9,7 +9,9 @@ each step is one batched `h @ recurrent_kernel` and a few elementwise ops,
 and the backward pass is written by hand (one batched product per step; the
 recurrent kernels' gradient is one product over every step after the loop,
 where automatic differentiation adds one per step). torch runs the same
-loop in its own operations (`kmodels.backend.rnn.gru_recurrence`).
+loop in its own operations (`kmodels.backend.rnn.gru_recurrence`), at
+float32 with the input projections inside it, written into one buffer
+(`kmodels.backend.rnn.gru_projected_recurrence`).
 
 The arithmetic is that of `keras.layers.GRU(reset_after=True)` (the
 default: gates `z, r, h` in that order in `kernel`, `recurrent_kernel` and
@@ -22,6 +24,7 @@ output (zeros before any).
 from keras import ops
 
 from kmodels.backend.rnn import custom_gradient
+from kmodels.backend.rnn import gru_projected_recurrence
 from kmodels.backend.rnn import gru_recurrence
 from kmodels.backend.rnn import prefers_one_recurrence
 from kmodels.backend.rnn import scan
@@ -164,10 +167,15 @@ def run_grus(layers, inputs, masks, initial_states, reverse, zero_output):
     def variable(v):
         return ops.cast(v, dtype)
 
+    # torch projects inside its recurrence (one buffer, no stacking), when
+    # every input is a tensor it can take.
+    fused = gru_projected_recurrence(inputs[0])
+    if any(gru_projected_recurrence(x) is None for x in inputs):
+        fused = None
     # One matmul per distinct input tensor, for every layer that reads it.
     projected = [None] * len(layers)
     for g, x in enumerate(inputs):
-        if projected[g] is not None:
+        if fused is not None or projected[g] is not None:
             continue
         sharing = [j for j in range(len(layers)) if inputs[j] is x]
         kernel = ops.concatenate(
@@ -199,22 +207,43 @@ def run_grus(layers, inputs, masks, initial_states, reverse, zero_output):
             mask = ops.cast(masks[g], "bool")
         mask = ops.transpose(mask, (1, 0))
         if reverse[g]:
-            projected[g] = ops.flip(projected[g], axis=0)
+            if fused is None:
+                projected[g] = ops.flip(projected[g], axis=0)
             mask = ops.flip(mask, axis=0)
         if lengths[g] != steps:
             # Extra steps after the layer's own: state carried over.
             extra = steps - lengths[g]
-            projected[g] = ops.pad(projected[g], ((0, extra), (0, 0), (0, 0)))
+            if fused is None:
+                projected[g] = ops.pad(
+                    projected[g], ((0, extra), (0, 0), (0, 0))
+                )
             mask = ops.pad(ops.cast(mask, "int32"), ((0, extra), (0, 0)))
             mask = ops.cast(mask, "bool")
         time_masks.append(mask)
-    states, final = _recurrence(
-        ops.stack(projected, axis=1),
+    loop_inputs = (
         ops.stack([ops.cast(s, dtype) for s in initial_states], axis=0),
         ops.stack([variable(c.recurrent_kernel) for c in cells], axis=0),
         ops.stack([variable(c.bias)[1][None] for c in cells], axis=0),
         ops.stack(time_masks, axis=1)[..., None],
     )
+    if fused is None:
+        states, final = _recurrence(ops.stack(projected, axis=1), *loop_inputs)
+    else:
+        distinct = []
+        for x in inputs:
+            if not any(x is y for y in distinct):
+                distinct.append(x)
+        sources = [
+            next(i for i, y in enumerate(distinct) if x is y) for x in inputs
+        ]
+        states, final = fused(
+            distinct,
+            sources,
+            [variable(c.kernel) for c in cells],
+            [variable(c.bias)[0] for c in cells],
+            reverse,
+            *loop_inputs,
+        )
     outputs = []
     for g in range(len(layers)):
         # (t, batch, units) in the layer's processing order.

@@ -24,6 +24,11 @@ def gru_recurrence():
     return None
 
 
+def gru_projected_recurrence(x):
+    # Compiled: XLA fuses the projections' bias add and stacking.
+    return None
+
+
 def scan(f, init, xs, reverse=False):
     # `ops.scan` stacks a tuple of per-step outputs wrongly on TensorFlow
     # (Keras 3.15): a while loop over `TensorArray`s. The first step runs
