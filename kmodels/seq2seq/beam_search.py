@@ -26,6 +26,11 @@ What it does not do, where keras-hub's loop does at every step:
   beam's raw logits, less their log-sum-exp, then a top-k over the
   `num_beams ** 2` candidates of each row, make the same choice.
 
+The decoder runs through `kmodels.seq2seq.decoder_step`: its keys and
+values computed once on the context as given (one row per input), the
+beams of a row attending to it together, so that the context is never
+repeated per beam and no per-step copy lays the keys out.
+
 `Constraints` remove candidates before the first top-k
 (`Constraints.refuse`; the others keep the model's log-probabilities, not
 renormalised).
