@@ -26,6 +26,11 @@ What it does not do, where keras-hub's loop does at every step:
   beam's raw logits, less their log-sum-exp, then a top-k over the
   `num_beams ** 2` candidates of each row, make the same choice.
 
+The decoder runs through `kmodels.seq2seq.decoder_step`: its keys and
+values computed once on the context as given (one row per input), the
+beams of a row attending to it together, so that the context is never
+repeated per beam and no per-step copy lays the keys out.
+
 `Constraints` remove candidates before the first top-k
 (`Constraints.refuse`; the others keep the model's log-probabilities, not
 renormalised).
@@ -33,6 +38,7 @@ renormalised).
 
 from keras import ops
 
+from kmodels.seq2seq.decoder_step import decoder_step
 from kmodels.seq2seq.sampling_loop import top_k
 
 NEG_INF = float("-inf")
@@ -95,9 +101,13 @@ def beam_loop(
     dtype = model.compute_dtype
     batch, s = ops.shape(context)[0], ops.shape(context)[1]
     rows = batch * num_beams
-    # The beams of a row stay in that row: the context is repeated once.
-    context = ops.repeat(context, num_beams, axis=0)
-    context_mask = ops.repeat(context_mask, num_beams, axis=0)
+    # The decoder's step with the context's keys and values laid out once,
+    # the beams of a row attending to its context together.
+    step = decoder_step(decoder, context, context_mask, num_beams)
+    if step is None:
+        # The beams of a row stay in that row: the context is repeated
+        # once.
+        step = _repeated_step(decoder, context, context_mask, num_beams)
     # Each beam's best ids: enough for the row's best extensions.
     per_beam = min(num_beams, vocabulary)
     is_pad = ops.arange(vocabulary, dtype="int32") == 0
@@ -111,16 +121,9 @@ def beam_loop(
         return ops.logical_and(i < max_length, ops.logical_not(ops.all(done)))
 
     def body(i, token, state, scores, done, tokens, parents, weights, ids):
-        logits, state, attended = decoder(
-            context,
-            token[:, None],
-            state=state,
-            return_state=True,
-            context_mask=context_mask,
-            return_attention_weights=True,
-        )
+        logits, state, attended = step(token, state)
         # The padding id is never generated (probability 0).
-        logits = ops.where(is_pad, NEG_INF, ops.cast(logits[:, 0], "float32"))
+        logits = ops.where(is_pad, NEG_INF, ops.cast(logits, "float32"))
         normaliser = ops.logsumexp(logits, axis=-1, keepdims=True)
         if constraints.active:
             # Refused ids are removed; the others keep their
@@ -160,7 +163,7 @@ def beam_loop(
         tokens = ops.slice_update(tokens, [i, 0], token[None])
         parents = ops.slice_update(parents, [i, 0], parent[None])
         weights = ops.slice_update(
-            weights, [i, 0, 0], ops.cast(attended, dtype)[None, :, 0]
+            weights, [i, 0, 0], ops.cast(attended, dtype)[None]
         )
         return i + 1, token, state, scores, done, tokens, parents, weights, ids
 
@@ -200,6 +203,27 @@ def beam_loop(
         return ops.reshape(x, (-1, num_beams) + tuple(ops.shape(x)[1:]))
 
     return ranked(split(ids), split(attention), split(scores), return_all_beams)
+
+
+def _repeated_step(decoder, context, context_mask, num_beams):
+    """`decoder_step`'s step through `decoder` itself, on the context
+    repeated for each beam (a configuration `decoder_step` does not
+    implement)."""
+    context = ops.repeat(context, num_beams, axis=0)
+    context_mask = ops.repeat(context_mask, num_beams, axis=0)
+
+    def step(token, state):
+        logits, state, weights = decoder(
+            context,
+            token[:, None],
+            state=state,
+            return_state=True,
+            context_mask=context_mask,
+            return_attention_weights=True,
+        )
+        return logits[:, 0], state, weights[:, 0]
+
+    return step
 
 
 def _backtrack(tokens, parents, weights, max_length):
