@@ -134,32 +134,51 @@ def generate(sizes, timing):
     return _generate(sizes, timing)
 
 
+_BEAM = dict(sampler="beam", num_beams=4)
+
+
 def generate_beam(sizes, timing):
-    """`generate(..., sampler="beam", num_beams=4)`, as `generate`."""
-    return _generate(sizes, timing, sampler="beam", num_beams=4)
+    """`generate(..., sampler="beam", num_beams=4)`, as `generate`; timed
+    in alternation with greedy `generate` on the same model (its median:
+    `greedy_alternated_ms`)."""
+    return _generate(sizes, timing, partner=("greedy", {}), **_BEAM)
 
 
 def generate_beam_constrained(sizes, timing):
     """`generate_beam` with `no_repeat_ngram_size=3` and
-    `length_penalty=1.0` (issue 30: within 1.3x of plain beam search)."""
+    `length_penalty=1.0` (issue 30: within 1.3x of plain beam search),
+    timed in alternation with plain beam search (`beam_alternated_ms`)."""
     return _generate(
         sizes,
         timing,
-        sampler="beam",
-        num_beams=4,
+        partner=("beam", _BEAM),
         no_repeat_ngram_size=3,
         length_penalty=1.0,
+        **_BEAM,
     )
 
 
 def generate_top_k(sizes, timing):
-    """`generate(..., sampler="top_k", k=10, temperature=1.0)`, seeded."""
+    """`generate(..., sampler="top_k", k=10, temperature=1.0)`, seeded,
+    timed in alternation with greedy `generate` (`greedy_alternated_ms`)."""
     return _generate(
-        sizes, timing, sampler="top_k", k=10, temperature=1.0, seed=0
+        sizes,
+        timing,
+        partner=("greedy", {}),
+        sampler="top_k",
+        k=10,
+        temperature=1.0,
+        seed=0,
     )
 
 
-def _generate(sizes, timing, **kwargs):
+def _generate(sizes, timing, partner=None, **kwargs):
+    """Times `model.generate(context, **kwargs)`. With `partner = (name,
+    partner_kwargs)`, the calls take turns with `generate(context,
+    **partner_kwargs)` on the same model (`measure_alternating`), and the
+    partner's median is returned as `<name>_alternated_ms`: the ratio
+    targets divide by it, so that a slower phase of the machine hits both
+    (torch's eager decoding loops moved 27% between processes)."""
     import keras
 
     model = _translator(sizes)
@@ -172,16 +191,30 @@ def _generate(sizes, timing, **kwargs):
         output_layer.bias.assign(bias)
     out = {}
 
-    def step():
-        ids = model.generate(context, max_length=sizes["max_length"], **kwargs)
+    def call(arguments, key):
+        ids = model.generate(
+            context, max_length=sizes["max_length"], **arguments
+        )
         if isinstance(ids, (tuple, list)):
             ids = ids[0]
-        out["ids"] = keras.ops.convert_to_numpy(ids)
+        out[key] = keras.ops.convert_to_numpy(ids)
 
-    stats = measure(step, **timing)
+    def step():
+        call(kwargs, "ids")
+
+    extra = {}
+    if partner is None:
+        stats = measure(step, **timing)
+    else:
+        name, partner_kwargs = partner
+        stats, partner_stats = measure_alternating(
+            step, lambda: call(partner_kwargs, "partner"), timing
+        )
+        extra[f"{name}_alternated_ms"] = partner_stats["median_ms"]
     batch, steps = out["ids"].shape[0], out["ids"].shape[-1]
     return dict(
         stats,
+        **extra,
         tokens=int(batch * steps),
         flops=flops.seq2seq_generate(
             sizes["batch"],

@@ -171,6 +171,45 @@ def test_positional_target_prefers_the_alternated_hub_time():
     assert torch_pos["value"] == pytest.approx(1.04)
 
 
+def test_decoding_ratios_divide_by_the_alternated_partner():
+    """beam / greedy, top-k / greedy and constrained / beam divide by the
+    partner timed in alternation in the same case when the record has it;
+    older records: by the partner case's own median."""
+    results = [
+        {"case": "generate", "backend": "jax", "median_ms": 200.0},
+        {"case": "generate_beam", "backend": "jax", "median_ms": 600.0},
+        {
+            "case": "generate_beam",
+            "backend": "torch",
+            "median_ms": 600.0,
+            "greedy_alternated_ms": 250.0,
+        },
+        {"case": "generate", "backend": "torch", "median_ms": 150.0},
+        {
+            "case": "generate_top_k",
+            "backend": "torch",
+            "median_ms": 300.0,
+            "greedy_alternated_ms": 240.0,
+        },
+        {
+            "case": "generate_beam_constrained",
+            "backend": "torch",
+            "median_ms": 630.0,
+            "beam_alternated_ms": 700.0,
+        },
+    ]
+    results = [dict(r, status="ok") for r in results]
+    targets = report.evaluate_targets(results)
+    assert _target(targets, "Generation: beam search", "jax")["value"] == 3.0
+    torch_beam = _target(targets, "Generation: beam search", "torch")
+    assert torch_beam["value"] == pytest.approx(2.4)
+    assert torch_beam["met"] == "yes"
+    top_k = _target(targets, "Generation: top-k", "torch")
+    assert top_k["value"] == pytest.approx(1.25) and top_k["met"] == "no"
+    constrained = _target(targets, "Generation: beam + no-repeat", "torch")
+    assert constrained["value"] == pytest.approx(0.9)
+
+
 def test_format_cell():
     ok = report.derive(_ok("seq2seq_train", "jax", 200.0, flops=20e9))
     assert report.format_cell(ok) == "200 (180-220) ms, 100.0 GF/s"
