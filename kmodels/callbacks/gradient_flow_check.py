@@ -90,6 +90,7 @@ class GradientFlowCheck(keras.callbacks.Callback):
         self.monitor = None
         self._writer = None
         self._offset = 0
+        self._base = 0
         self._last_check = None
 
     @property
@@ -128,6 +129,16 @@ class GradientFlowCheck(keras.callbacks.Callback):
             )
         if self.log_dir is not None:
             self._writer = SummaryWriter(self.log_dir)
+        if self._last_check is not None and (
+            self._iterations() <= self._last_check
+        ):
+            # Reused with a new optimizer (recompiled, e.g. after freezing
+            # a layer), whose step count restarted: its steps are numbered
+            # after the checks already recorded, from the next multiple of
+            # `every_n_steps`, and the first one is checked.
+            n = self.every_n_steps
+            self._base += (self._last_check // n + 1) * n - (self._iterations())
+            self._last_check = None
         self._offset = self._iterations()
         self._maybe_check(self._offset)
 
@@ -156,7 +167,9 @@ class GradientFlowCheck(keras.callbacks.Callback):
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is None:
             return self._offset
-        return int(keras.ops.convert_to_numpy(optimizer.iterations))
+        return self._base + int(
+            keras.ops.convert_to_numpy(optimizer.iterations)
+        )
 
     def _maybe_check(self, step):
         n = self.every_n_steps

@@ -150,10 +150,10 @@ class GradientMonitor:
         self._last_ok = {}  # path -> step of its latest "ok" check
 
     def _gradients(self, variables):
-        key = tuple(id(v) for v in variables)
+        key = tuple((id(v), tuple(v.shape)) for v in variables)
         if key != self._function_key:
-            # A new set of trainable variables (a layer frozen or thawed):
-            # one compiled function per set.
+            # A new set of trainable variables (a layer frozen or thawed)
+            # or a table that grew: one compiled function per set.
             self._function = gradient_function(
                 self.model, self.loss_fn, variables
             )

@@ -31,7 +31,14 @@ def gradient_function(model, loss_fn, variables):
     # when it runs, so each call sees the current weights.
     @tf.function(reduce_retracing=True)
     def run(x, y):
-        values = [tf.convert_to_tensor(v.value) for v in mapped]
+        # A variable that can grow (a `GrowableEmbedding` table) reads with
+        # an unknown first dimension, which `StatelessScope` refuses: its
+        # current shape is fixed here; a caller makes a new function when a
+        # shape changes (`GradientMonitor`).
+        values = [
+            tf.ensure_shape(tf.convert_to_tensor(v.value), v.shape)
+            for v in mapped
+        ]
         with tf.GradientTape() as tape:
             tape.watch(values)
             # Assignments (batch-norm statistics, seed state) stay in the
