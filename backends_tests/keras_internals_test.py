@@ -35,6 +35,20 @@ def test_outermost_layer_is_the_called_model():
     assert keras_internals.outermost_layer() is None
 
 
+def test_outermost_layer_inside_a_stateless_call():
+    """`stateless_call` (JAX's predict step) opens no call context for the
+    model: the layers inside still learn it; a layer's own stateless call
+    (not a model's) runs inside no layer's call."""
+    probe = _Probe()
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, probe(inputs))
+    _OUTERMOST.clear()
+    values = [v.value for v in model.non_trainable_variables]
+    model.stateless_call([], values, np.ones((1, 2), "float32"))
+    probe.stateless_call([], [], np.ones((1, 2), "float32"))
+    assert _OUTERMOST == [model, None]
+
+
 def test_functional_structure():
     a = keras.Input((2,), name="a")
     b = keras.Input((3,), name="b")

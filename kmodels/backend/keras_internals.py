@@ -7,7 +7,8 @@ kmodels needs it. This module (with its per-backend halves,
 attribute: `backends_tests/keras_internals_lint_test.py` fails, naming the
 file and line, on any other.
 
-- `outermost_layer`: the layer whose call the current call runs inside.
+- `outermost_layer`: the layer whose call the current call runs inside
+  (on JAX, also the model whose `stateless_call` runs it).
 - `sublayers`: every layer inside a layer, recursively.
 - `inputs_struct`, `inbound_nodes`, `calls_in_graph`: a functional
   model's input structure and the calls of its graph.
@@ -41,7 +42,9 @@ the pin is re-checked when the environment moves on.
 
 import copy
 import importlib.metadata
+import inspect
 import re
+import sys
 import warnings
 
 import keras
@@ -71,7 +74,35 @@ def outermost_layer():
     (`kmodels.contracts` installs its input checks there).
     """
     context = global_state.get_global_attribute("current_call_ctx")
-    return getattr(context, "entry_layer", None)
+    entry = getattr(context, "entry_layer", None)
+    if (
+        isinstance(entry, keras.Model)
+        or not stateless_scope.in_stateless_scope()
+    ):
+        return entry
+    return _stateless_caller() or entry
+
+
+def _stateless_caller():
+    """The outermost model whose `stateless_call` the current call runs
+    inside, or `None`.
+
+    JAX's trainers run a model's step through `model.stateless_call`, which
+    calls `model.call` without opening a call context: a plain functional
+    model whose first call is `predict` (or `predict_on_batch`) would name
+    no model to its kmodels layers. Keras offers no public way to learn the
+    model from inside; its frame on the stack is the one trace left.
+    """
+    code = inspect.unwrap(keras.layers.Layer.stateless_call).__code__
+    found = None
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is code:
+            caller = frame.f_locals.get("self")
+            if isinstance(caller, keras.Model):
+                found = caller
+        frame = frame.f_back
+    return found
 
 
 def sublayers(layer):
