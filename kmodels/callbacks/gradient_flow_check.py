@@ -91,6 +91,7 @@ class GradientFlowCheck(keras.callbacks.Callback):
         self._writer = None
         self._offset = 0
         self._base = 0
+        self._optimizer = None
         self._last_check = None
 
     @property
@@ -129,16 +130,18 @@ class GradientFlowCheck(keras.callbacks.Callback):
             )
         if self.log_dir is not None:
             self._writer = SummaryWriter(self.log_dir)
-        if self._last_check is not None and (
-            self._iterations() <= self._last_check
-        ):
+        optimizer = getattr(model, "optimizer", None)
+        if self._last_check is not None and optimizer is not self._optimizer:
             # Reused with a new optimizer (recompiled, e.g. after freezing
             # a layer), whose step count restarted: its steps are numbered
             # after the checks already recorded, from the next multiple of
-            # `every_n_steps`, and the first one is checked.
+            # `every_n_steps`, and the first one is checked. The same
+            # optimizer in a later `fit` counts on.
             n = self.every_n_steps
-            self._base += (self._last_check // n + 1) * n - (self._iterations())
+            self._base = 0
+            self._base = (self._last_check // n + 1) * n - self._iterations()
             self._last_check = None
+        self._optimizer = optimizer
         self._offset = self._iterations()
         self._maybe_check(self._offset)
 
