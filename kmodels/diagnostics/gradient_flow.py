@@ -188,6 +188,7 @@ def _reported_variables(model):
     for layer in keras_internals.sublayers(model):
         if isinstance(layer, GrowableEmbedding) and layer.built:
             internal.update(id(v) for v in layer.slot_variables)
+            internal.add(id(layer.trained_at))
             internal.update((id(layer.step), id(layer.embeddings)))
             if layer.trainable:
                 tables.add(id(layer.embeddings))

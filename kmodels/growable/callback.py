@@ -6,7 +6,6 @@ import numpy as np
 from kmodels.backend import growth as growth_backend
 from kmodels.backend import keras_internals
 from kmodels.contracts.structure import path_to
-from kmodels.growable.delta import stamp_rows
 from kmodels.growable.embedding import GrowableEmbedding
 from kmodels.growable.lookup import repeated_call_error
 
@@ -135,8 +134,6 @@ class EmbeddingGrowth(keras.callbacks.Callback):
             x, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
             for table in self._tables:
                 ids = table.check_ids(self._locators[table.name](x))
-                # Delta export: the rows this step trains.
-                stamp_rows(table, ids)
                 if not ids.size:
                     continue
                 max_id = int(ids.max())

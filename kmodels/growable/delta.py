@@ -3,15 +3,22 @@
 `table.mark()` returns a `DeltaMark`; `table.delta(since=mark)` returns a
 `TableDelta`: the keys added (with their rows), the keys evicted, and the
 rows whose values changed with their values now. Two host-side records
-make it, neither of which reads the table:
+make it, neither of which reads the table's values:
 
+- Rows trained: the table's `trained_at` variable, per row the step
+  after the last sparse update that wrote it, written by that update
+  inside the step with the optimizer slots, so every path that trains
+  records its rows (`fit` with or without `EmbeddingGrowth`,
+  `train_on_batch`, a custom loop; nothing for inference or a training
+  call without a gradient). A mark keeps the highest step recorded; a
+  delta lists the rows recorded past it.
 - `RowClock`, on the table: per row, the version (a counter bumped by
-  each mark) of its last change. Rows a step trains (the ids the
-  `EmbeddingGrowth` hook sees before the step, or an eager training
-  call's), rows restarted (`reset_rows`) and rows written by a warm start
-  (`assign`) are stamped: O(batch) per step, never O(table). A delta
-  scans the versions once (one NumPy comparison over the capacity) and
-  reads only the changed rows.
+  each mark) of its last change outside a step: rows restarted
+  (`reset_rows`) and rows written by a warm start (`assign`).
+  O(rows written), never O(table).
+
+A delta scans both records once (NumPy comparisons over the capacity) and
+reads only the changed rows.
 - `KeyJournal`, on the `KeyIndex`: the keys each growing lookup added and
   each eviction released, with the version, kept only while a mark of
   the index is alive (marks are weakly referenced; older events are
@@ -222,6 +229,12 @@ def row_clock(table, create=False):
     return clock
 
 
+def _trained_at(table):
+    """`table.trained_at` as a flat NumPy array: per row, the step after
+    its last sparse update (0: none)."""
+    return np.asarray(ops.convert_to_numpy(table.trained_at.value)).reshape(-1)
+
+
 def stamp_rows(table, rows):
     """Records that `rows` of `table` change now, if it keeps a clock."""
     clock = getattr(table, "_row_clock", None)
@@ -249,6 +262,7 @@ def mark(table):
             journal = key_journal(index, create=True)
             token = journal.mark()
     mark = DeltaMark(table, clock, clock.version, table.capacity)
+    mark.step = _trained_at(table).max(initial=0.0)
     mark._index = (index, journal, token)
     clock.version += 1
     return mark
@@ -282,6 +296,8 @@ def delta(table, since):
         )
     capacity = table.capacity
     rows = since._clock.since(since.version, capacity)
+    trained = np.flatnonzero(_trained_at(table)[:capacity] > since.step)
+    rows = np.union1d(rows, trained).astype(np.int64)
     evicted = []
     if index is not None:
         with index._index_lock:
@@ -298,12 +314,3 @@ def delta(table, since):
     return TableDelta(
         table.name, added, key_rows, evicted, rows, values, capacity
     )
-
-
-def stamp_features(table, features):
-    """Stamps the rows of a concrete training call's `features`."""
-    if getattr(table, "_row_clock", None) is None:
-        return
-    for ids in features:
-        ids = np.asarray(ops.convert_to_numpy(ids)).reshape(-1)
-        stamp_rows(table, ids[(ids >= 0) & (ids < table.capacity)])

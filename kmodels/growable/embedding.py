@@ -242,6 +242,20 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
             # replica 0's is written to all (as optimizer.iterations).
             aggregation="only_first_replica",
         )
+        # Delta export (`kmodels.growable.delta`): per row, the step after
+        # the last sparse update that wrote it (0: never). Written by the
+        # update itself, with the slots, so every compiled path records
+        # the rows it trains. Not saved: marks do not survive loading.
+        self.trained_at = self.add_weight(
+            shape=(capacity, 1),
+            initializer="zeros",
+            name="trained_at",
+            dtype="float32",
+            trainable=trainable,
+            overwrite_with_gradient=trainable,
+            autocast=False,
+        )
+        growth_backend.make_resizable(self.trained_at)
         self.built = True
 
     # ------------------------------------------------------------- optimizer
@@ -264,6 +278,13 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
             return []
         named = dict(zip(slots.slot_names(self), self.slot_variables))
         return [named[name] for name in rule.slot_names]
+
+    @property
+    def updated_slots(self):
+        """What the sparse update writes besides the table, per row:
+        `trained_slots`, then `trained_at` (the step of each row's last
+        update, the record `delta()` reads)."""
+        return [*self.trained_slots, self.trained_at]
 
     def follow_optimizer(self, optimizer):
         """With `optimizer=None`, makes the table train with the rule of the
@@ -423,6 +444,9 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
             self.embeddings, self._initial_rows(old, capacity)
         )
         slots.append_rows(self, old, capacity)
+        growth_backend.append_rows(
+            self.trained_at, np.zeros((capacity - old, 1), "float32")
+        )
         self.growth_log.append({"from": old, "to": capacity})
 
     @property
@@ -480,8 +504,6 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
         updates = growth_backend.sparse_updates_enabled()
         if concrete:
             sizing.fit_concrete_ids(self, features, training, updates)
-            if training and updates:
-                delta.stamp_features(self, features)
         flats = [ops.cast(ops.reshape(ids, (-1,)), "int32") for ids in features]
         # Several features share one lookup, hence one sparse update with
         # the gradients of all of them summed per row.

@@ -89,3 +89,7 @@ def load(layer, store):
             values = np.concatenate([values, pad])
         growth_backend.resize_variable(slot, values)
     layer.step.assign(entries["step"])
+    # Nothing trained since the load (marks before it no longer apply).
+    growth_backend.resize_variable(
+        layer.trained_at, np.zeros((capacity, 1), "float32")
+    )

@@ -85,11 +85,13 @@ def sparse_row_update(layer, gather, step, ids, grads, capacity, seen):
     """One step of the layer's optimizer on the rows of `ids` only.
 
     `gather(k, rows)` returns the given rows of the table (`k=0`) or of
-    `layer.trained_slots[k - 1]`: backends pass a sparse read (reading a
-    whole TensorFlow variable before an in-place scatter would copy it).
+    `layer.updated_slots[k - 1]` (the rule's slots, then `trained_at`):
+    backends pass a sparse read (reading a whole TensorFlow variable
+    before an in-place scatter would copy it).
 
     Gradients of repeated ids are summed first (as a dense gradient
-    would). Returns `(rows, new_rows, new_slot_rows)`: `rows` holds each
+    would). Returns `(rows, new_rows, new_slot_rows)` (`new_slot_rows`
+    for `updated_slots`, the last one `trained_at`): `rows` holds each
     distinct id once, padded to `len(ids)` by repeating the first id
     with identical values, so a scatter of the result is deterministic
     on every backend.
@@ -120,10 +122,13 @@ def sparse_row_update(layer, gather, step, ids, grads, capacity, seen):
     rows = ops.segment_max(sorted_ids, segments, n)
     rows = ops.where(valid, rows, sorted_ids[0])
     current = gather(0, rows)
-    old_slots = [gather(k + 1, rows) for k in range(len(layer.trained_slots))]
+    old_slots = [gather(k + 1, rows) for k in range(len(layer.updated_slots))]
     new_rows, new_slots = layer.table_optimizer.update(
-        step, current, old_slots, summed, layer.variable_dtype
+        step, current, old_slots[:-1], summed, layer.variable_dtype
     )
+    # `trained_at`: the step after this update, on each row it writes.
+    stamp = ops.cast(step, "float32") + 1.0
+    new_slots = [*new_slots, ops.full((n, 1), 1.0, "float32") * stamp]
     if seen is not None:
         # Rows named only by unseen entries: written back unchanged.
         sorted_seen = ops.cast(ops.take(seen, order), "int32")

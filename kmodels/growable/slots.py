@@ -69,6 +69,10 @@ def follow(layer, rule):
                 slot, fresh_rows(layer, name, 0, rows, slot.dtype)
             )
         layer.step.assign(0.0)
+        # The step restarts: so does the record of the rows' last step.
+        growth_backend.resize_variable(
+            layer.trained_at, np.zeros((layer.capacity, 1), "float32")
+        )
         layer._unset_from = {}
         return True
     for name, start in layer._unset_from.items():

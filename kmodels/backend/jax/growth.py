@@ -208,11 +208,12 @@ def compiled_rows(layer):
 
 
 def _padded_variables(layer):
-    """The table and the slots in use (those with a row per id)."""
+    """The table, the slots in use (those with a row per id) and
+    `trained_at`."""
     capacity = layer.capacity
     return [
         v
-        for v in (layer.embeddings, *layer.slot_variables)
+        for v in (layer.embeddings, *layer.slot_variables, layer.trained_at)
         if int(v.shape[0]) == capacity
     ]
 
@@ -312,7 +313,7 @@ def is_concrete(x):
 
 
 def sparse_lookup(layer, ids, seen=None):
-    slots = [s.value for s in layer.trained_slots]
+    slots = [s.value for s in layer.updated_slots]
 
     @jax.custom_vjp
     def lookup(table, slots, step, ids, seen):

@@ -160,7 +160,7 @@ def is_concrete(x):
 
 def sparse_lookup(layer, ids, seen=None):
     table = layer.embeddings.value
-    slots = [s.value for s in layer.trained_slots]
+    slots = [s.value for s in layer.updated_slots]
     replicas = _replica_context(table)
     if replicas is None:
         return _one_device_lookup(layer, table, slots, ids, seen)

@@ -127,6 +127,8 @@ class _SparseUpdate(torch.autograd.Function):
             table.index_copy_(0, rows, new_rows.to(table.dtype))
             for slot, slot_rows in zip(slots, new_slot_rows):
                 slot.index_copy_(0, rows, slot_rows.to(slot.dtype))
+            # `trained_at` (delta export): the step after this update.
+            layer.trained_at.value.data.index_fill_(0, rows, float(step) + 1)
             if replicas is not None:
                 # No gradient for DDP to average and torch's optimizer to
                 # apply: the step counts on in place (`replicate`).

@@ -42,7 +42,12 @@ def replicate(model, tables):
         seed = [table.seed]
         dist.broadcast_object_list(seed, src=0, group=group)
         table.seed = seed[0]
-        for variable in [table.embeddings, *table.slot_variables, table.step]:
+        for variable in [
+            table.embeddings,
+            *table.slot_variables,
+            table.step,
+            table.trained_at,
+        ]:
             dist.broadcast(
                 keras_internals.variable_storage(variable).data,
                 src=0,
