@@ -111,3 +111,55 @@ def test_keras_internals_only_in_keras_internals():
         "there, with a line on why no public API serves; rephrase comments "
         "that name them):\n" + "\n".join(found)
     )
+
+
+# Writes of a method, a step function or Keras' trainer state on a model
+# instance (`kmodels.backend.keras_internals.set_step_function`,
+# `drop_step_functions`, `override_methods`, the JAX half's
+# `override_state_sync`): only the doors do them.
+_INSTANCE_WRITE = re.compile(
+    r"\.(?:train|test|predict)_function\s*=(?!=)"
+    r"|(?<![\w.])setattr\(\s*model\b"
+    r"|\bmodel\.__dict__\["
+    r"|\bmodel\.(?:fit|evaluate|predict|train_on_batch|test_on_batch"
+    r"|predict_on_batch|make_\w+_function|jax_state_sync)\s*=(?!=)"
+)
+
+
+def _instance_writes(text):
+    return [
+        (number, match.group())
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in _INSTANCE_WRITE.finditer(line)
+    ]
+
+
+def test_the_instance_write_rule_catches_each_form():
+    text = "\n".join(
+        [
+            "model.train_function = None",
+            'setattr(model, f"{kind}_function", wrapped)',
+            'model.__dict__["jax_state_sync"] = sync',
+            "model.fit = entry('fit', True)",
+            "model.make_test_function = make",
+            "if model.predict_function == f:",
+            "object.__setattr__(model, name, by_kind)",
+            "keras_internals.set_step_function(model, kind, function)",
+        ]
+    )
+    assert [n for n, _ in _instance_writes(text)] == [1, 2, 3, 4, 5]
+
+
+def test_methods_and_step_functions_written_only_in_the_doors():
+    found = [
+        f"kmodels/{relative}:{number}: {what}"
+        for path, relative, door in _modules()
+        if not door
+        for number, what in _instance_writes(path.read_text("utf-8"))
+    ]
+    assert not found, (
+        "a method, step function or trainer state written on a model "
+        "instance outside kmodels/backend/keras_internals.py (use its "
+        "set_step_function, drop_step_functions or override_methods):\n"
+        + "\n".join(found)
+    )

@@ -291,6 +291,40 @@ def test_loss_dtype_policy_and_inputs_as_given():
     assert received == [["a", "b"]]
 
 
+def test_step_functions_and_methods_on_a_model_instance():
+    # Keras calls the step function held by the instance, makes it again
+    # once dropped, and looks the entry points up on the instance first.
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
+    model.predict(x, verbose=0)
+    made = model.predict_function
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return made(*args, **kwargs)
+
+    keras_internals.set_step_function(model, "predict", wrapped)
+    model.predict(x, batch_size=2, verbose=0)
+    assert len(calls) == 2 and model.predict_function is wrapped
+    keras_internals.drop_step_functions(model, ("predict",))
+    model.predict(x, batch_size=2, verbose=0)
+    assert len(calls) == 2
+    assert model.predict_function not in (None, wrapped)
+    seen = []
+    fit = type(model).fit
+
+    def checked_fit(*args, **kwargs):
+        seen.append(args[0].shape)
+        return fit(model, *args, **kwargs)
+
+    keras_internals.override_methods(model, {"fit": checked_fit})
+    model.fit(x, y, verbose=0)
+    assert seen == [(4, 2)]
+
+
 @pytest.mark.skipif(
     keras.backend.backend() != "jax",
     reason="the JAX trainer's internals (kmodels/backend/jax/"

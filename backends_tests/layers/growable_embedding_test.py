@@ -75,8 +75,9 @@ def test_layer_contract():
     # The table and its optimizer slots are trainable (updated through
     # `overwrite_with_gradient`) on JAX, non-trainable variables that the
     # layer's sparse optimizer writes on TensorFlow and torch; the step
-    # counter is trainable everywhere.
-    table = 3 if growth_backend.table_is_trainable() else 0
+    # counter is trainable everywhere. Four such variables: the table, the
+    # two Adam slots and `trained_at` (the rows' last step, delta export).
+    table = 4 if growth_backend.table_is_trainable() else 0
     ids = np.array([[1, 2, 0, 5, 7], [6, 0, 0, 0, 0]], "int32")
     run_layer_test(
         GrowableEmbedding,
@@ -94,14 +95,19 @@ def test_layer_contract():
         expected_output_shape=(2, 5, 4),
         expected_output_dtype="float32",
         expected_num_trainable_weights=1 + table,
-        expected_num_non_trainable_weights=3 - table,
+        expected_num_non_trainable_weights=4 - table,
         supports_masking=True,
         expected_mask=ids != 0,
         # Ids up to 7 grow the capacity-3 table before the fit step; the
-        # table and both Adam slots must change (checked as trainable or
-        # as declared non-trainable updates).
+        # table, both Adam slots and `trained_at` must change (checked as
+        # trainable or as declared non-trainable updates).
         fit_kwargs=dict(callbacks=[EmbeddingGrowth()]),
-        updated_non_trainable_weights=("embeddings", "momentum", "velocity"),
+        updated_non_trainable_weights=(
+            "embeddings",
+            "momentum",
+            "velocity",
+            "trained_at",
+        ),
         # Same rows, same gather: identical outputs after a .keras round
         # trip.
         tolerance=0,

@@ -31,6 +31,9 @@ file and line, on any other.
   backend object behind a Keras variable, replaced when a table grows.
 - `loss_dtype_policy`: the dtype policy of a loss, for its config.
 - `take_inputs_as_given`: a data-pipeline layer's inputs, unconverted.
+- `set_step_function`, `drop_step_functions`, `override_methods`: the
+  only writes of a method or a step function on a model instance (the
+  step hooks of `kmodels.backend.steps`, growth, `enforce`).
 
 The internals were checked against the versions in `CHECKED_VERSIONS`
 (major.minor). Under a newer Keras or keras-hub, importing this module
@@ -341,6 +344,44 @@ def take_inputs_as_given(layer):
     runs TensorFlow ops on every backend. Keras sets the flags privately."""
     layer._convert_input_args = False
     layer._allow_non_tensor_positional_args = True
+
+
+# --------------------------------------------- a model instance's methods
+# Keras' extension points for a model's steps are subclass overrides
+# (`make_train_function`, `train_step`), which kmodels' own models use. A
+# user's model is an instance of a Keras class that kmodels does not own,
+# and no public API runs code on the concrete batches before its compiled
+# step consumes them, or before its `fit` converts its arrays. These three
+# functions are the only places kmodels writes such attributes on a model
+# instance; each writes what Keras itself writes or looks up there.
+
+
+def set_step_function(model, kind, function):
+    """Makes `function` the step function Keras' `fit` / `evaluate` /
+    `predict` (`kind`: `"train"`, `"test"`, `"predict"`) calls for
+    `model`. Keras' own `make_<kind>_function` assigns the same attribute;
+    a wrapper made outside it has no other way in."""
+    setattr(model, f"{kind}_function", function)
+
+
+def drop_step_functions(model, kinds):
+    """Drops `model`'s compiled step functions of `kinds`: the next call
+    of those entry points makes them again, as after `compile`. Keras'
+    public `make_<kind>_function(force=True)` would make them now, which
+    on JAX fixes the optimizer variables' shardings before they exist."""
+    for kind in kinds:
+        setattr(model, f"{kind}_function", None)
+
+
+def override_methods(model, methods):
+    """Sets `methods` (`{name: function}`) on the `model` instance, in
+    front of its class's methods of those names (`kmodels.contracts.
+    enforce` on a user's functional model: its entry points check the
+    data before Keras converts it). Keras offers this only to subclasses;
+    the user's model is an instance of Keras' own `Model` or `Sequential`.
+    """
+    for name, method in methods.items():
+        setattr(model, name, method)
 
 
 # ------------------------------------------------------------- version pin

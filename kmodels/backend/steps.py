@@ -33,6 +33,7 @@ optimizer's variables, which may not exist yet.)
 
 import threading
 
+from kmodels.backend import keras_internals
 from kmodels.backend import native
 from kmodels.backend.common.steps import Step
 from kmodels.backend.common.steps import StepHook
@@ -87,7 +88,7 @@ def sync(model, kind):
         wrapper.original = current
         if wrapper.function is None:
             wrapper.function = native.steps.wrap(wrapper)
-        setattr(model, f"{kind}_function", wrapper.function)
+        keras_internals.set_step_function(model, kind, wrapper.function)
 
 
 def add_hook(model, kind, hook):
@@ -117,7 +118,7 @@ def remove_hook(model, kind, hook):
         if wrapper.hooks:
             return
         if getattr(model, f"{kind}_function") is wrapper.function:
-            setattr(model, f"{kind}_function", wrapper.original)
+            keras_internals.set_step_function(model, kind, wrapper.original)
 
 
 def hooks(model, kind):

@@ -326,7 +326,6 @@ def enforce(model):
                     continue
             checks.check_layer(layer, arguments, training)
 
-    model._kmodels_check_batch = check_batch
     cls = type(model)
 
     def make(kind):
@@ -339,8 +338,8 @@ def enforce(model):
 
         return make_function
 
-    for kind in _KINDS:
-        setattr(model, f"make_{kind}_function", make(kind))
+    methods = {f"make_{kind}_function": make(kind) for kind in _KINDS}
+    methods["_kmodels_check_batch"] = check_batch
 
     def entry(name, training, takes_y=True):
         base = getattr(cls, name)
@@ -356,12 +355,15 @@ def enforce(model):
 
         return method
 
-    model.fit = entry("fit", True)
-    model.evaluate = entry("evaluate", False)
-    model.predict = entry("predict", False, takes_y=False)
-    model.train_on_batch = entry("train_on_batch", True)
-    model.test_on_batch = entry("test_on_batch", False)
-    model.predict_on_batch = entry("predict_on_batch", False, takes_y=False)
+    methods.update(
+        fit=entry("fit", True),
+        evaluate=entry("evaluate", False),
+        predict=entry("predict", False, takes_y=False),
+        train_on_batch=entry("train_on_batch", True),
+        test_on_batch=entry("test_on_batch", False),
+        predict_on_batch=entry("predict_on_batch", False, takes_y=False),
+    )
+    keras_internals.override_methods(model, methods)
     # Functions made before this call: wrap them now.
     for kind in _KINDS:
         install_step_hook(model, kind)

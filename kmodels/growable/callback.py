@@ -172,8 +172,7 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         if recompiles:
             self.recompilations += 1
         # Compiled evaluation and prediction captured the old shapes.
-        model.test_function = None
-        model.predict_function = None
+        keras_internals.drop_step_functions(model, ("test", "predict"))
 
     def take_resets(self):
         """`{table: rows}`: the rows each table's bounded `key_index` gave

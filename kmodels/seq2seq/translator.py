@@ -12,7 +12,6 @@ recompiles and behaves the same on all three.
 """
 
 import inspect
-import threading
 
 import keras
 from keras import ops
@@ -39,16 +38,24 @@ from kmodels.seq2seq.masking import padding_mask
 from kmodels.seq2seq.masking import without_mask
 from kmodels.seq2seq.xla_by_default import XLAByDefault
 
-# The models whose train step is being run or traced on this thread with
-# the fused loss (`Translator.train_step`): their `call` returns the output
-# layer's input, and `compute_loss` projects the real positions only.
-_FUSED = threading.local()
+
+# `Translator.train_step` adds a third input to a batch's inputs for the
+# fused loss, an empty int8 tensor (Keras takes only tensors as inputs):
+# `call` then returns the output layer's input, and `compute_loss`, which
+# receives the same inputs, projects the real positions only. Data, not
+# state: no other call sees it.
+def _features_request():
+    return ops.zeros((0,), "int8")
 
 
-def _fused_models():
-    if not hasattr(_FUSED, "models"):
-        _FUSED.models = set()
-    return _FUSED.models
+def _asks_features(inputs):
+    if not isinstance(inputs, (tuple, list)) or len(inputs) != 3:
+        return False
+    request = inputs[2]
+    return (
+        tuple(getattr(request, "shape", ())) == (0,)
+        and keras.backend.standardize_dtype(request.dtype) == "int8"
+    )
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
@@ -216,13 +223,16 @@ class Translator(
         finish_build(self)
 
     def _check_call_arguments(self, arguments, training):
-        if arguments.get("inputs") is not None:
-            check_translator_inputs(self, arguments.get("inputs"))
+        inputs = arguments.get("inputs")
+        if inputs is not None:
+            if _asks_features(inputs):
+                inputs = inputs[:2]
+            check_translator_inputs(self, inputs)
 
     def call(self, inputs, training=None):
-        context_tokens, target_in = inputs
-        # Inside `train_step` with the fused loss: the output layer's input.
-        project = not (training and id(self) in _fused_models())
+        # From `train_step` with the fused loss: the output layer's input.
+        project = not (training and _asks_features(inputs))
+        context_tokens, target_in = inputs[:2]
         logits = self._call_in_one_recurrence(
             context_tokens, target_in, project
         )
@@ -269,22 +279,26 @@ class Translator(
         )
 
     def train_step(self, *args, **kwargs):
-        # Keras' own step (one signature per backend), with `call` and
-        # `compute_loss` switched to the fused loss while it runs (torch)
-        # or is traced (TensorFlow, JAX) on this thread.
+        # Keras' own step (one signature per backend: `(data)`, or
+        # `(state, data)` on JAX), on inputs that ask `call` for the output
+        # layer's input (`FEATURES`) where the loss is fused; Keras hands
+        # the same inputs to `compute_loss`.
         if not self._uses_fused_loss():
             return super().train_step(*args, **kwargs)
-        models = _fused_models()
-        models.add(id(self))
-        try:
-            return super().train_step(*args, **kwargs)
-        finally:
-            models.discard(id(self))
+        *state, data = args
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if not self.built:
+            # Built from the batch's two inputs, not the request.
+            self.build(tuple(tuple(t.shape) for t in x))
+        data = keras.utils.pack_x_y_sample_weight(
+            (*x, _features_request()), y, sample_weight
+        )
+        return super().train_step(*state, data, **kwargs)
 
     def compute_loss(
         self, x=None, y=None, y_pred=None, sample_weight=None, training=True
     ):
-        if not (training and id(self) in _fused_models()):
+        if not (training and _asks_features(x)):
             return super().compute_loss(
                 x, y, y_pred, sample_weight, training=training
             )

@@ -298,12 +298,11 @@ def padded_state_scope(model, tables):
         jax_internals.trim_jax_state(model, _resized)
         original(model)
 
-    model.__dict__["jax_state_sync"] = sync
+    restore = jax_internals.override_state_sync(model, sync)
 
     def undo():
         unpad_tables(tables)
-        if model.__dict__.get("jax_state_sync") is sync:
-            del model.__dict__["jax_state_sync"]
+        restore()
 
     return undo
 

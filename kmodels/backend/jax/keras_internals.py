@@ -87,3 +87,18 @@ def stateless_value(variable):
     trainer purged."""
     scope = get_stateless_scope()
     return None if scope is None else scope.get_current_value(variable)
+
+
+def override_state_sync(model, sync):
+    """Makes `model.jax_state_sync()` (Keras' JAX trainer writing the
+    running state back into the variables: at epoch ends, for callbacks)
+    call `sync` on this instance; returns the undo. Keras offers no hook
+    before it writes the state back, and the trainer calls the method on
+    the instance, which is a Keras class kmodels does not own."""
+    model.__dict__["jax_state_sync"] = sync
+
+    def undo():
+        if model.__dict__.get("jax_state_sync") is sync:
+            del model.__dict__["jax_state_sync"]
+
+    return undo
