@@ -338,6 +338,7 @@ def _model():
 
 def _state(table):
     variables = [table.embeddings, *table.slot_variables, table.step]
+    variables.append(table.trained_at)  # saved since delta export kept it
     arrays = [keras.ops.convert_to_numpy(v.value).copy() for v in variables]
     return arrays, table.key_index.keys(), table.key_index.frozen
 
@@ -550,3 +551,30 @@ def test_file_saved_without_checksums_still_loads(saved, tmp_path):
         for owner in ("GrowableEmbedding 'table'", "KeyIndex 'key_index'")
     ]
     _assert_same(_state(loaded.get_layer("table")), _state(table))
+
+
+def test_state_saved_before_trained_at_loads_with_no_row_trained():
+    # Files written before the table kept `trained_at` (each row's last
+    # step, for delta export) hold the table, slots and step with four
+    # checksums: they load, every row recorded as never trained.
+    table = GrowableEmbedding(3, initial_capacity=4, optimizer="sgd", seed=2)
+    ids = keras.Input((1,), dtype="int32")
+    model = keras.Model(ids, table(ids))
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.array([[1], [2]]), np.ones((2, 1, 3)), verbose=0)
+    store = {}
+    table.save_own_variables(store)
+    assert np.asarray(store["trained_at"])[[1, 2], 0].tolist() == [1.0, 1.0]
+    old = {k: np.asarray(v) for k, v in store.items() if k != "trained_at"}
+    names = ("embeddings", "step")  # SGD keeps no slot
+    old["checksum"] = np.array([_crc32(old[n]) for n in names], np.int64)
+    fresh = GrowableEmbedding(3, initial_capacity=4, optimizer="sgd", seed=2)
+    fresh.load_own_variables(old)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(fresh.embeddings.value), old["embeddings"]
+    )
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(fresh.trained_at.value), np.zeros((4, 1))
+    )
+    mark = fresh.mark()
+    assert fresh.delta(since=mark).rows.size == 0

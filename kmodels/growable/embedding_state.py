@@ -15,10 +15,12 @@ from kmodels.growable.saved_state import entry_checksums
 from kmodels.growable.sizing import round_up
 
 
-def _entry_names(layer):
+def _entry_names(layer, trained_at=True):
     # `optimizer=None`: every slot a followed rule may use, those not in
-    # use with no rows.
-    return ("embeddings", *slots.slot_names(layer), "step")
+    # use with no rows. `trained_at` (each row's last step, for delta
+    # export): absent from files saved before kmodels kept it.
+    names = ("embeddings", *slots.slot_names(layer), "step")
+    return names + ("trained_at",) if trained_at else names
 
 
 def save(layer, store):
@@ -27,6 +29,7 @@ def save(layer, store):
     for name, slot in zip(slots.slot_names(layer), layer.slot_variables):
         entries[name] = ops.convert_to_numpy(slot.value)
     entries["step"] = ops.convert_to_numpy(layer.step.value)
+    entries["trained_at"] = ops.convert_to_numpy(layer.trained_at.value)
     for name, value in entries.items():
         store[name] = value
     store["checksum"] = entry_checksums(entries, _entry_names(layer))
@@ -39,7 +42,8 @@ def load(layer, store):
     the entry before any change."""
     where = f"GrowableEmbedding '{layer.name}'"
     # Everything is read and checked before the layer changes.
-    entries = checked_entries(store, _entry_names(layer), where)
+    names = _entry_names(layer, "trained_at" in store)
+    entries = checked_entries(store, names, where)
     table = entries["embeddings"]
     if table.ndim != 2 or table.shape[0] < 1 or table.dtype.kind not in "fV":
         raise ValueError(
@@ -66,6 +70,15 @@ def load(layer, store):
             f"{where}: saved entry 'step' must be a scalar; got shape "
             f"{entries['step'].shape}."
         )
+    if "trained_at" in entries and entries["trained_at"].shape != (
+        table.shape[0],
+        1,
+    ):
+        raise ValueError(
+            f"{where}: saved entry 'trained_at' must have shape "
+            f"({table.shape[0]}, 1), a step per saved row; got "
+            f"{entries['trained_at'].shape}."
+        )
     if not layer.built:
         layer.build()
     # Saved with another number of shards (or none): pad to a multiple
@@ -89,7 +102,11 @@ def load(layer, store):
             values = np.concatenate([values, pad])
         growth_backend.resize_variable(slot, values)
     layer.step.assign(entries["step"])
-    # Nothing trained since the load (marks before it no longer apply).
+    # Files saved before `trained_at` existed: no row trained yet.
+    trained_at = entries.get("trained_at", np.zeros((saved, 1), "float32"))
     growth_backend.resize_variable(
-        layer.trained_at, np.zeros((capacity, 1), "float32")
+        layer.trained_at,
+        np.concatenate(
+            [trained_at, np.zeros((capacity - saved, 1), trained_at.dtype)]
+        ),
     )
