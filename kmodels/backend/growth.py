@@ -27,10 +27,10 @@ functions below:
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
   `train_step_runner` says which step runs then. On JAX the hook also
-  hands the step each table padded to a reserve (`compiled_rows`; each
-  backend's `pad_step_state`, `unpad_tables`, `padded_state_scope`, which
-  do nothing on TensorFlow and torch), so that a growth within it keeps
-  the compiled step.
+  hands the step each table padded to a reserve (`compiled_rows`; JAX's
+  `pad_step_state`, `unpad_tables`, `padded_state_scope`, which TensorFlow
+  and torch do not define), so that a growth within it keeps the compiled
+  step.
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`

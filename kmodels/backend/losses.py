@@ -66,7 +66,7 @@ def prefers_fused_loss():
     Measured on the CPU with `benchmarks` case `seq2seq_train_fused` (the
     fused and the dense step alternated in one process, the benchmark
     batch with 26.5% padded target positions): faster on all three (see
-    docs/seq2seq.md); a backend or device where the dense step wins would
-    define it and return False."""
-    prefers = native_function("losses", "prefers_fused_loss")
-    return True if prefers is None else prefers()
+    docs/seq2seq.md), so True on every backend; a backend or device where
+    the dense step wins would define its own `prefers_fused_loss` and the
+    facade ask for it with `native_function`."""
+    return True
