@@ -182,8 +182,12 @@ def adam_rows_in_place(
 def argsort_ids(ids, capacity):
     """An ordering that sorts the flat int32 `ids` (all in
     `[0, capacity)`; `capacity` may be `None`, unknown); the order among
-    equal ids is unspecified."""
-    return native.growth.argsort_ids(ids, capacity)
+    equal ids is unspecified (JAX packs the positions into the ids where
+    they fit; `keras.ops.argsort` elsewhere)."""
+    argsort = native_function("growth", "argsort_ids")
+    if argsort is None:
+        return keras.ops.argsort(ids)
+    return argsort(ids, capacity)
 
 
 def capacity_of(variable):
@@ -199,7 +203,9 @@ def compiled_rows(layer):
     growths (`kmodels.backend.jax.growth.compiled_rows`), so that a growth
     within it compiles nothing. A change of this number is a
     recompilation."""
-    return native.growth.compiled_rows(layer)
+    rows = native_function("growth", "compiled_rows")
+    # Elsewhere the step sees the variable itself.
+    return layer.capacity if rows is None else rows(layer)
 
 
 def is_concrete(x):

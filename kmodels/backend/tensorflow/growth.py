@@ -89,10 +89,6 @@ def write_rows(variable, rows, values):
     )
 
 
-def argsort_ids(ids, capacity):
-    return keras.ops.argsort(ids)
-
-
 def capacity_of(variable):
     value = variable.value
     if isinstance(value, tf.Variable):
@@ -104,16 +100,6 @@ def capacity_of(variable):
             input=_local_handle(value), out_type=tf.int32
         )[0]
     return tf.shape(value, out_type=tf.int32)[0]
-
-
-# ---------------------------------------------------- padded train state
-# JAX holds a growing table padded to a reserve in its train step
-# (`kmodels.backend.jax.growth`); here the step sees the variable itself,
-# whose rows are the capacity.
-
-
-def compiled_rows(layer):
-    return layer.capacity
 
 
 def _local_handle(variable):

@@ -36,22 +36,8 @@ def write_rows(variable, rows, values):
         )
 
 
-def argsort_ids(ids, capacity):
-    return keras.ops.argsort(ids)
-
-
 def capacity_of(variable):
     return int(variable.shape[0])
-
-
-# ---------------------------------------------------- padded train state
-# JAX holds a growing table padded to a reserve in its train step
-# (`kmodels.backend.jax.growth`); here the step sees the variable itself,
-# whose rows are the capacity.
-
-
-def compiled_rows(layer):
-    return layer.capacity
 
 
 def is_concrete(x):
