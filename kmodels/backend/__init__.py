@@ -11,15 +11,22 @@ function of one of the modules below, e.g.
 As in Keras (`keras/src/backend/__init__.py`), the backend is picked here,
 from `keras.backend.backend()`, when `kmodels.backend` is first imported:
 `native` is then one of the packages `kmodels.backend.tensorflow`,
-`kmodels.backend.jax` and `kmodels.backend.torch`. These three packages
-hold modules of the same names, each defining the same functions (where a
-backend has nothing to do, its function says so explicitly: it returns its
-argument, `1`, `False` or `None`); only they import TensorFlow, JAX or torch.
-Another backend (`numpy`, `openvino`) raises a `ValueError` at import.
+`kmodels.backend.jax` and `kmodels.backend.torch`; only they import
+TensorFlow, JAX or torch. Another backend (`numpy`, `openvino`) raises a
+`ValueError` at import.
 
 The modules of this package are the interface: they document each
-function, hold what is the same on every backend, and call
-`native.<module>.<function>`:
+function, hold what is the same on every backend, and call the backend's
+own form of it. A function every backend implements is called as
+`native.<module>.<function>`. Where some backends have nothing to do, the
+facade owns the default (what its docstring says happens elsewhere:
+return the argument, `False`, `None`, ...) and only the backends that
+differ define the function; the facade asks for it with
+`native_function("<module>", "<function>")`, which is None where the
+running backend does not define it. A backend package thus holds only
+modules of the facade's names (none where it has nothing of that module to
+do), and each defines only functions its facade calls
+(`backends_tests/backend/interface_test.py`).
 
 - `growth`: tables that grow between train steps
   (`kmodels.layers.GrowableEmbedding`, `kmodels.callbacks.EmbeddingGrowth`):
@@ -75,4 +82,20 @@ else:
         "KERAS_BACKEND to one of them before importing Keras."
     )
 
-__all__ = ["SUPPORTED_BACKENDS", "native"]
+
+def native_function(module, name):
+    """The running backend's `native.<module>.<name>`, or None where its
+    package does not define it (no such module, or no such function in it):
+    then the facade `kmodels.backend.<module>` does its default.
+
+    Example:
+
+    >>> from kmodels.backend import native_function
+    >>> fuse = native_function("optimizers", "fuse_adam")
+    >>> (fuse is None) == (keras.backend.backend() != "torch")
+    True
+    """
+    return getattr(getattr(native, module, None), name, None)
+
+
+__all__ = ["SUPPORTED_BACKENDS", "native", "native_function"]

@@ -1,7 +1,7 @@
 """Compiling an inference function that reads Keras variables."""
 
 from kmodels.backend import keras_internals
-from kmodels.backend import native
+from kmodels.backend import native_function
 
 
 def compile_reader(fn, variables):
@@ -17,7 +17,9 @@ def compile_reader(fn, variables):
         fn: the function to compile.
         variables: the Keras variables `fn` reads.
     """
-    return native.compiled.compile_reader(fn, variables)
+    compile_fn = native_function("compiled", "compile_reader")
+    # torch: eager, reading the variables' current values as it runs.
+    return fn if compile_fn is None else compile_fn(fn, variables)
 
 
 def compile_inference_loop(fn, variables):
@@ -38,7 +40,10 @@ def compile_inference_loop(fn, variables):
         fn: the function to compile.
         variables: the Keras variables `fn` reads.
     """
-    return native.compiled.compile_inference_loop(fn, variables)
+    compile_fn = native_function("compiled", "compile_inference_loop")
+    if compile_fn is None:
+        return compile_reader(fn, variables)
+    return compile_fn(fn, variables)
 
 
 def xla_train_step():
@@ -54,7 +59,8 @@ def xla_train_step():
     Only the answer for a model outside `tf.distribute` (Keras keeps XLA
     off under a strategy, and so does kmodels).
     """
-    return native.compiled.xla_train_step()
+    xla = native_function("compiled", "xla_train_step")
+    return False if xla is None else xla()
 
 
 def may_compile_eager_call(values):
@@ -77,4 +83,5 @@ def may_compile_eager_call(values):
         or keras_internals.in_symbolic_scope()
     ):
         return False
-    return native.compiled.may_compile_eager_call(values)
+    may_compile = native_function("compiled", "may_compile_eager_call")
+    return False if may_compile is None else may_compile(values)

@@ -17,7 +17,7 @@ than the decoder's step there). Parity with the NumPy oracle and with the
 Keras loop is tested (`backends_tests/backend/decoding_test.py`).
 """
 
-from kmodels.backend import native
+from kmodels.backend import native_function
 
 
 def greedy_loop(
@@ -55,7 +55,10 @@ def greedy_loop(
         ids up to and including the end id; or None where the backend
         compiles the Keras loop instead (TensorFlow, JAX).
     """
-    return native.decoding.greedy_loop(
+    loop = native_function("decoding", "greedy_loop")
+    if loop is None:
+        return None
+    return loop(
         decoder,
         context,
         context_mask,
@@ -86,7 +89,10 @@ def decoder_step(decoder, context, context_mask):
         context: float `(batch, s, units)`, the encoder's output.
         context_mask: bool `(batch, s)`, True at real context tokens.
     """
-    return native.decoding.decoder_step(decoder, context, context_mask)
+    step = native_function("decoding", "decoder_step")
+    if step is None:
+        return None
+    return step(decoder, context, context_mask)
 
 
 def beam_loop(
@@ -137,7 +143,10 @@ def beam_loop(
         max_length)`, `(batch, max_length, s)` and `(batch,)`. None where
         the backend compiles keras-hub's loop instead (TensorFlow, JAX).
     """
-    return native.decoding.beam_loop(
+    loop = native_function("decoding", "beam_loop")
+    if loop is None:
+        return None
+    return loop(
         decoder,
         context,
         context_mask,
@@ -215,7 +224,10 @@ def sampling_loop(
     )
     ```
     """
-    return native.decoding.sampling_loop(
+    loop = native_function("decoding", "sampling_loop")
+    if loop is None:
+        return None
+    return loop(
         decoder,
         context,
         context_mask,

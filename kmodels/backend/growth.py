@@ -27,10 +27,10 @@ functions below:
   right before `model.fit` runs the compiled step on it (a
   `kmodels.backend.steps` hook, after the input checks); per backend,
   `train_step_runner` says which step runs then. On JAX the hook also
-  hands the step each table padded to a reserve (`compiled_rows`; each
-  backend's `pad_step_state`, `unpad_tables`, `padded_state_scope`, which
-  do nothing on TensorFlow and torch), so that a growth within it keeps
-  the compiled step.
+  hands the step each table padded to a reserve (`compiled_rows`; JAX's
+  `pad_step_state`, `unpad_tables`, `padded_state_scope`, which TensorFlow
+  and torch do not define), so that a growth within it keeps the compiled
+  step.
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`
@@ -51,6 +51,7 @@ import threading
 import keras
 
 from kmodels.backend import native
+from kmodels.backend import native_function
 from kmodels.backend import steps
 
 _STATE = threading.local()
@@ -82,7 +83,8 @@ def table_is_trainable():
     """Whether the table and its optimizer slots are trainable variables
     (overwritten with their updated value) on this backend: True on JAX,
     False on TensorFlow and torch (rows written in place)."""
-    return native.growth.table_is_trainable()
+    trainable = native_function("growth", "table_is_trainable")
+    return False if trainable is None else trainable()
 
 
 def make_resizable(variable):
@@ -90,7 +92,9 @@ def make_resizable(variable):
     a `tf.Variable` whose first dimension is dynamic, so that functions
     traced before a growth keep reading the grown variable; nothing to do
     on JAX and torch)."""
-    native.growth.make_resizable(variable)
+    make = native_function("growth", "make_resizable")
+    if make is not None:
+        make(variable)
 
 
 def resize_variable(variable, value):
@@ -119,7 +123,8 @@ def row_shards(variable):
     """Number of pieces the variable's first dimension is split into by
     the distribution it was created under (`keras.distribution`, JAX only;
     1 elsewhere and without a distribution)."""
-    return native.growth.row_shards(variable)
+    shards = native_function("growth", "row_shards")
+    return 1 if shards is None else shards(variable)
 
 
 def planned_row_shards(layer, name, shape):
@@ -129,7 +134,8 @@ def planned_row_shards(layer, name, shape):
     first. Asks the current distribution for the layout of the variable's
     future path, as Keras does when the variable is created (JAX; 1
     elsewhere and without a distribution)."""
-    return native.growth.planned_row_shards(layer, name, shape)
+    shards = native_function("growth", "planned_row_shards")
+    return 1 if shards is None else shards(layer, name, shape)
 
 
 def sparse_lookup(layer, ids, seen=None):
@@ -152,7 +158,15 @@ def adam_rows_in_place(
     where its `keras.ops` version costs a dozen eager Keras calls per
     step). TensorFlow and JAX trace the update and never call it: they
     raise `NotImplementedError`."""
-    native.growth.adam_rows_in_place(
+    adam = native_function("growth", "adam_rows_in_place")
+    if adam is None:
+        # Never called there: the update is traced, in `keras.ops`
+        # (`SparseAdam.update`).
+        raise NotImplementedError(
+            "adam_rows_in_place is torch's in-place Adam; "
+            f"{keras.backend.backend()} runs SparseAdam.update."
+        )
+    adam(
         rows,
         momentum,
         velocity,
@@ -168,8 +182,12 @@ def adam_rows_in_place(
 def argsort_ids(ids, capacity):
     """An ordering that sorts the flat int32 `ids` (all in
     `[0, capacity)`; `capacity` may be `None`, unknown); the order among
-    equal ids is unspecified."""
-    return native.growth.argsort_ids(ids, capacity)
+    equal ids is unspecified (JAX packs the positions into the ids where
+    they fit; `keras.ops.argsort` elsewhere)."""
+    argsort = native_function("growth", "argsort_ids")
+    if argsort is None:
+        return keras.ops.argsort(ids)
+    return argsort(ids, capacity)
 
 
 def capacity_of(variable):
@@ -185,7 +203,9 @@ def compiled_rows(layer):
     growths (`kmodels.backend.jax.growth.compiled_rows`), so that a growth
     within it compiles nothing. A change of this number is a
     recompilation."""
-    return native.growth.compiled_rows(layer)
+    rows = native_function("growth", "compiled_rows")
+    # Elsewhere the step sees the variable itself.
+    return layer.capacity if rows is None else rows(layer)
 
 
 def is_concrete(x):
@@ -201,7 +221,16 @@ def global_batches(batches):
     global batch, which this joins again (growth, the id checks and the
     row restarts read the global batch); the batches themselves
     elsewhere."""
-    return native.growth.global_batches(batches)
+    join = native_function("growth", "global_batches")
+    return batches if join is None else join(batches)
+
+
+def _unpad_tables(tables):
+    """JAX: `tables` read their capacity again (`pad_step_state`); nothing
+    to do elsewhere."""
+    unpad = native_function("growth", "unpad_tables")
+    if unpad is not None:
+        unpad(tables)
 
 
 class _GrowthHook(steps.StepHook):
@@ -217,7 +246,7 @@ class _GrowthHook(steps.StepHook):
 
     def before_step(self, step):
         # JAX: the tables read their capacity again (`pad_step_state`).
-        native.growth.unpad_tables(self._tables)
+        _unpad_tables(self._tables)
         plan = self.controller.plan(global_batches(step.batches))
         if plan:
             # During an epoch JAX keeps the state outside the variables:
@@ -231,7 +260,9 @@ class _GrowthHook(steps.StepHook):
             with step.variables():
                 self.controller.apply_resets(resets)
         # JAX: the step sees each table padded to its compiled rows.
-        native.growth.pad_step_state(step, self._tables)
+        pad = native_function("growth", "pad_step_state")
+        if pad is not None:
+            pad(step, self._tables)
 
     @contextlib.contextmanager
     def scope(self):
@@ -240,7 +271,7 @@ class _GrowthHook(steps.StepHook):
         finally:
             # JAX: the variables read their capacity again as soon as the
             # step is traced (the state keeps its padding).
-            native.growth.unpad_tables(self._tables)
+            _unpad_tables(self._tables)
 
     def runner(self, step):
         return self._runner
@@ -266,10 +297,13 @@ def wrap_train_function(model, controller, retrace=False, tables=()):
     runner = native.growth.train_step_runner(model, retrace)
     hook = _GrowthHook(controller, runner, tables)
     steps.add_hook(model, "train", hook)
-    undo = native.growth.padded_state_scope(model, tables)
+    # JAX: the padded state lasts until the hook is removed.
+    padded_scope = native_function("growth", "padded_state_scope")
+    undo = None if padded_scope is None else padded_scope(model, tables)
 
     def unwrap():
         steps.remove_hook(model, "train", hook)
-        undo()
+        if undo is not None:
+            undo()
 
     return unwrap

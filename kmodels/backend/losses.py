@@ -8,6 +8,7 @@ it; Keras' JAX loss builds a one-hot tensor).
 """
 
 from kmodels.backend import native
+from kmodels.backend import native_function
 
 
 def sparse_cross_entropy(labels, logits):
@@ -41,9 +42,10 @@ def projected_cross_entropy(labels, features, kernel, bias, label_smoothing):
     Returns:
         A float32 tensor `(n,)`, or None.
     """
-    return native.losses.projected_cross_entropy(
-        labels, features, kernel, bias, label_smoothing
-    )
+    projected = native_function("losses", "projected_cross_entropy")
+    if projected is None:
+        return None
+    return projected(labels, features, kernel, bias, label_smoothing)
 
 
 def real_positions(mask):
@@ -54,7 +56,8 @@ def real_positions(mask):
     `kmodels.seq2seq.fused_loss` projects only those positions on torch in
     one product, and loops over chunks of the sorted positions elsewhere.
     """
-    return native.losses.real_positions(mask)
+    positions = native_function("losses", "real_positions")
+    return None if positions is None else positions(mask)
 
 
 def prefers_fused_loss():
@@ -63,6 +66,7 @@ def prefers_fused_loss():
     Measured on the CPU with `benchmarks` case `seq2seq_train_fused` (the
     fused and the dense step alternated in one process, the benchmark
     batch with 26.5% padded target positions): faster on all three (see
-    docs/seq2seq.md); a backend or device where the dense step wins would
-    return False here."""
-    return native.losses.prefers_fused_loss()
+    docs/seq2seq.md), so True on every backend; a backend or device where
+    the dense step wins would define its own `prefers_fused_loss` and the
+    facade ask for it with `native_function`."""
+    return True

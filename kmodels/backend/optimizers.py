@@ -12,7 +12,7 @@ class, configuration and variables (its moments, its step counter), so
 update with the step (XLA fuses it): nothing to do there.
 """
 
-from kmodels.backend import native
+from kmodels.backend import native_function
 
 __all__ = ["fuse_adam"]
 
@@ -45,6 +45,7 @@ def fuse_adam(optimizer):
     >>> fused == (keras.backend.backend() == "torch")
     True
     """
-    if optimizer is None:
+    fuse = native_function("optimizers", "fuse_adam")
+    if optimizer is None or fuse is None:
         return False
-    return native.optimizers.fuse_adam(optimizer)
+    return fuse(optimizer)

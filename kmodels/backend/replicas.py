@@ -16,7 +16,7 @@ there, so its loss and gradients are 0). A replica whose own count is 0
 while others have some contributes a zero numerator, never NaN.
 """
 
-from kmodels.backend import native
+from kmodels.backend import native_function
 
 
 def sum_over_replicas(x):
@@ -35,11 +35,13 @@ def sum_over_replicas(x):
     >>> float(sum_over_replicas(keras.ops.convert_to_tensor(3.0)))
     3.0
     """
-    return native.replicas.sum_over_replicas(x)
+    total = native_function("replicas", "sum_over_replicas")
+    return x if total is None else total(x)
 
 
 def in_replica_function():
     """True inside the function a `tf.distribute` strategy runs on each
     replica (`strategy.run`; eagerly, each replica runs in a thread of its
     own); False elsewhere and on JAX and torch."""
-    return native.replicas.in_replica_function()
+    inside = native_function("replicas", "in_replica_function")
+    return False if inside is None else inside()

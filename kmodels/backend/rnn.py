@@ -11,6 +11,7 @@ the real positions (`is_eager_right_padded`).
 """
 
 from kmodels.backend import native
+from kmodels.backend import native_function
 
 
 def is_eager_right_padded(mask):
@@ -21,7 +22,8 @@ def is_eager_right_padded(mask):
     TensorFlow and JAX trace `call`, where the values are unknown, and
     return False, as torch does for a traced mask (`torch.compile`).
     """
-    return native.rnn.is_eager_right_padded(mask)
+    right_padded = native_function("rnn", "is_eager_right_padded")
+    return False if right_padded is None else right_padded(mask)
 
 
 def prefers_one_recurrence():
@@ -56,7 +58,8 @@ def prefers_one_model_recurrence():
     1.13x faster (XLA overlaps the decoder's loop with other work), nor
     JAX, where it measured no faster than a loop per layer (1.03-1.04x
     of Keras' GRU layers either way, on a busy machine)."""
-    return native.rnn.prefers_one_model_recurrence()
+    prefers = native_function("rnn", "prefers_one_model_recurrence")
+    return False if prefers is None else prefers()
 
 
 def gru_recurrence():
@@ -74,7 +77,8 @@ def gru_recurrence():
     (carried over where the mask is False) and the final ones
     `(g, batch, u)`.
     """
-    return native.rnn.gru_recurrence()
+    recurrence = native_function("rnn", "gru_recurrence")
+    return None if recurrence is None else recurrence()
 
 
 def gru_projected_recurrence(x):
@@ -96,7 +100,8 @@ def gru_projected_recurrence(x):
     processing order, False after a group's own steps). It returns
     `gru_recurrence`'s `(states, final)`.
     """
-    return native.rnn.gru_projected_recurrence(x)
+    recurrence = native_function("rnn", "gru_projected_recurrence")
+    return None if recurrence is None else recurrence(x)
 
 
 def scan(f, init, xs, reverse=False):

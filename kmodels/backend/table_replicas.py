@@ -20,7 +20,17 @@ On TensorFlow and JAX `replicate` raises: `tf.distribute` and
 `keras.distribution` are their engines (docs/distributed.md).
 """
 
-from kmodels.backend import native
+import keras
+
+from kmodels.backend import native_function
+
+# The data-parallel engines of the backends without `replicate`.
+_ENGINES = {
+    "tensorflow": "On TensorFlow, tf.distribute.MirroredStrategy is the "
+    "data-parallel engine",
+    "jax": "On JAX, keras.distribution (DataParallel, shard_embedding_rows) "
+    "is the engine",
+}
 
 
 def replicate(model, tables):
@@ -38,20 +48,32 @@ def replicate(model, tables):
         ValueError: the processes' tables differ in name or capacity.
         NotImplementedError: on TensorFlow and JAX.
     """
-    return native.table_replicas.replicate(model, tables)
+    mark = native_function("table_replicas", "replicate")
+    if mark is None:
+        backend = keras.backend.backend()
+        raise NotImplementedError(
+            "kmodels.distributed.replicate_tables prepares GrowableEmbedding "
+            "tables for torch DistributedDataParallel, which needs the torch "
+            f"backend; the running backend is {backend!r}. "
+            f"{_ENGINES[backend]} (docs/distributed.md)."
+        )
+    return mark(model, tables)
 
 
 def is_replicated(layer):
     """Whether `replicate` marked `layer` (always False on TensorFlow and
     JAX)."""
-    return native.table_replicas.is_replicated(layer)
+    replicated = native_function("table_replicas", "is_replicated")
+    # Tables are never marked elsewhere (`replicate` raises).
+    return False if replicated is None else replicated(layer)
 
 
 def largest_id(layer, high):
     """The largest of the ints `high` of every replica of `layer` (an
     all-reduce; `-1` for a batch without ids); `high` itself for a table
     that is not replicated."""
-    return native.table_replicas.largest_id(layer, high)
+    largest = native_function("table_replicas", "largest_id")
+    return high if largest is None else largest(layer, high)
 
 
 def gathered_batch(layer, ids, grads, seen):
@@ -60,4 +82,7 @@ def gathered_batch(layer, ids, grads, seen):
     concatenated in rank order, the gradients divided by the number of
     processes (DDP's average); `None` for a table that is not replicated
     (always on TensorFlow and JAX). torch's backward pass calls it."""
-    return native.table_replicas.gathered_batch(layer, ids, grads, seen)
+    gathered = native_function("table_replicas", "gathered_batch")
+    if gathered is None:
+        return None
+    return gathered(layer, ids, grads, seen)

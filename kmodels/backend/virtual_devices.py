@@ -2,7 +2,7 @@
 
 import keras
 
-from kmodels.backend import native
+from kmodels.backend import native_function
 
 
 def virtual_cpu_devices(count, backend=None):
@@ -22,4 +22,6 @@ def virtual_cpu_devices(count, backend=None):
             f"{keras.backend.backend()!r} backend; set KERAS_BACKEND="
             f"{backend} before Keras is imported."
         )
-    return native.virtual_devices.virtual_cpu_devices(count)
+    split = native_function("virtual_devices", "virtual_cpu_devices")
+    # torch has no virtual devices: the process keeps its one CPU device.
+    return 1 if split is None else split(count)

@@ -2,13 +2,9 @@
 
 from kmodels.backend.jax import compiled
 from kmodels.backend.jax import contracts
-from kmodels.backend.jax import decoding
 from kmodels.backend.jax import gradients
 from kmodels.backend.jax import growth
 from kmodels.backend.jax import losses
-from kmodels.backend.jax import optimizers
-from kmodels.backend.jax import replicas
 from kmodels.backend.jax import rnn
 from kmodels.backend.jax import steps
-from kmodels.backend.jax import table_replicas
 from kmodels.backend.jax import virtual_devices

@@ -22,15 +22,6 @@ def compile_reader(fn, variables):
     return call
 
 
-def compile_inference_loop(fn, variables):
-    return compile_reader(fn, variables)
-
-
-def xla_train_step():
-    # Keras' "auto" already compiles with XLA.
-    return False
-
-
 def may_compile_eager_call(values):
     # Inside jax.jit / grad / vmap the inputs are tracers; a concrete value
     # closed over by a traced function is caught by the trace state.

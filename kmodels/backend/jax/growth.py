@@ -26,11 +26,6 @@ def _sharding(variable):
     return getattr(layout, "backend_layout", layout)
 
 
-def make_resizable(variable):
-    # A JAX array is replaced whole by `resize_variable`: nothing to do.
-    return None
-
-
 def resize_variable(variable, value):
     shape = tuple(int(d) for d in value.shape)
     sharding = _sharding(variable)
@@ -356,27 +351,9 @@ def sparse_lookup(layer, ids, seen=None):
     )
 
 
-def adam_rows_in_place(
-    rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
-):
-    # Never called: only torch's eager backward pass updates rows in
-    # place; here the update is traced, in `keras.ops` (`SparseAdam.update`).
-    raise NotImplementedError(
-        "adam_rows_in_place is torch's in-place Adam; jax runs "
-        "SparseAdam.update."
-    )
-
-
 def train_step_runner(model, retrace):
     if retrace:
         # The jitted step of an earlier fit holds the old rule's constants.
         model.make_train_function(force=True)
     # Keras' jitted step; it retraces for new shapes by itself.
     return None
-
-
-def global_batches(batches):
-    """The batches a step consumes, as they are: the step sees the whole
-    global batch here (TensorFlow's `MirroredStrategy` is the one engine
-    that hands it per-replica slices)."""
-    return batches

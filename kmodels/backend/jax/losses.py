@@ -30,17 +30,3 @@ def _backward(residuals, g):
 
 
 sparse_cross_entropy.defvjp(_forward, _backward)
-
-
-def projected_cross_entropy(labels, features, kernel, bias, label_smoothing):
-    # Not reached: `real_positions` is None here, and the chunked loop of
-    # `kmodels.seq2seq.fused_loss` projects.
-    return None
-
-
-def real_positions(mask):
-    return None
-
-
-def prefers_fused_loss():
-    return True

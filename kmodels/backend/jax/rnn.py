@@ -4,31 +4,9 @@ import jax
 from keras import ops
 
 
-def is_eager_right_padded(mask):
-    # `call` is traced: the mask's values are unknown, and XLA's GRU scan
-    # has no faster path without a mask.
-    return False
-
-
 def prefers_one_recurrence():
     # Measured on the CPU only (see `kmodels.backend.rnn`).
     return jax.default_backend() == "cpu"
-
-
-def prefers_one_model_recurrence():
-    # One loop for the encoder and the decoder measured no faster than a
-    # loop per layer (XLA overlaps them).
-    return False
-
-
-def gru_recurrence():
-    # Compiled: the `keras.ops` recurrence (when used) is as fast.
-    return None
-
-
-def gru_projected_recurrence(x):
-    # Compiled: XLA fuses the projections' bias add and stacking.
-    return None
 
 
 def scan(f, init, xs, reverse=False):

@@ -9,11 +9,6 @@ import tensorflow as tf
 from kmodels.backend import keras_internals
 
 
-def table_is_trainable():
-    # Rows are written in place with resource scatters in the backward pass.
-    return False
-
-
 def make_resizable(variable):
     old = keras_internals.variable_storage(variable)
     distributed = isinstance(old, tf.distribute.DistributedValues)
@@ -94,19 +89,6 @@ def write_rows(variable, rows, values):
     )
 
 
-def row_shards(variable):
-    # Keras ignores `LayoutMap` on TensorFlow: tables are never sharded.
-    return 1
-
-
-def planned_row_shards(layer, name, shape):
-    return 1
-
-
-def argsort_ids(ids, capacity):
-    return keras.ops.argsort(ids)
-
-
 def capacity_of(variable):
     value = variable.value
     if isinstance(value, tf.Variable):
@@ -118,28 +100,6 @@ def capacity_of(variable):
             input=_local_handle(value), out_type=tf.int32
         )[0]
     return tf.shape(value, out_type=tf.int32)[0]
-
-
-# ---------------------------------------------------- padded train state
-# JAX holds a growing table padded to a reserve in its train step
-# (`kmodels.backend.jax.growth`); here the step sees the variable itself,
-# whose rows are the capacity.
-
-
-def compiled_rows(layer):
-    return layer.capacity
-
-
-def pad_step_state(step, tables):
-    pass
-
-
-def unpad_tables(tables):
-    pass
-
-
-def padded_state_scope(model, tables):
-    return lambda: None
 
 
 def _local_handle(variable):
@@ -259,17 +219,6 @@ def _replicated_lookup(layer, context, table, slots, ids, seen):
         return tf.identity(gathered), grad
 
     return hook(gathered, tf.convert_to_tensor(layer.step.value))
-
-
-def adam_rows_in_place(
-    rows, momentum, velocity, grads, step, rate, beta_1, beta_2, epsilon
-):
-    # Never called: only torch's eager backward pass updates rows in
-    # place; here the update is traced, in `keras.ops` (`SparseAdam.update`).
-    raise NotImplementedError(
-        "adam_rows_in_place is torch's in-place Adam; tensorflow runs "
-        "SparseAdam.update."
-    )
 
 
 def global_batches(batches):

@@ -3,30 +3,10 @@
 import tensorflow as tf
 
 
-def is_eager_right_padded(mask):
-    # `call` is traced (tf.function): the mask's values are unknown.
-    return False
-
-
 def prefers_one_recurrence():
     # On a GPU Keras' GRU runs cuDNN's kernel (masks included).
     devices = tf.config.list_physical_devices()
     return all(d.device_type == "CPU" for d in devices)
-
-
-def prefers_one_model_recurrence():
-    # XLA overlaps a loop per layer with other work (measured faster).
-    return False
-
-
-def gru_recurrence():
-    # Compiled: the `keras.ops` recurrence is as fast.
-    return None
-
-
-def gru_projected_recurrence(x):
-    # Compiled: XLA fuses the projections' bias add and stacking.
-    return None
 
 
 def scan(f, init, xs, reverse=False):

@@ -10,16 +10,6 @@ from kmodels.backend import keras_internals
 from kmodels.backend.torch import table_replicas
 
 
-def table_is_trainable():
-    # Rows are written in place (no_grad) in the backward pass.
-    return False
-
-
-def make_resizable(variable):
-    # `resize_variable` gives the same Parameter new storage: nothing to do.
-    return None
-
-
 def resize_variable(variable, value):
     parameter = keras_internals.variable_storage(variable)
     # Same Parameter object (torch_params keeps a reference); new storage.
@@ -46,43 +36,8 @@ def write_rows(variable, rows, values):
         )
 
 
-def row_shards(variable):
-    # keras.distribution has no torch backend: tables are never sharded.
-    return 1
-
-
-def planned_row_shards(layer, name, shape):
-    return 1
-
-
-def argsort_ids(ids, capacity):
-    return keras.ops.argsort(ids)
-
-
 def capacity_of(variable):
     return int(variable.shape[0])
-
-
-# ---------------------------------------------------- padded train state
-# JAX holds a growing table padded to a reserve in its train step
-# (`kmodels.backend.jax.growth`); here the step sees the variable itself,
-# whose rows are the capacity.
-
-
-def compiled_rows(layer):
-    return layer.capacity
-
-
-def pad_step_state(step, tables):
-    pass
-
-
-def unpad_tables(tables):
-    pass
-
-
-def padded_state_scope(model, tables):
-    return lambda: None
 
 
 def is_concrete(x):
@@ -182,10 +137,3 @@ def train_step_runner(model, retrace):
     # Keras' step (made again for new shapes under torch.compile:
     # `kmodels.backend.torch.steps`).
     return None
-
-
-def global_batches(batches):
-    """The batches a step consumes, as they are: the step sees the whole
-    global batch here (TensorFlow's `MirroredStrategy` is the one engine
-    that hands it per-replica slices)."""
-    return batches

@@ -161,7 +161,3 @@ def _logits_workspace(features, kernel):
 
 def real_positions(mask):
     return torch.nonzero(mask).reshape(-1)
-
-
-def prefers_fused_loss():
-    return True
