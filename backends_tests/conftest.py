@@ -112,13 +112,35 @@ def randomize(rng):
     return fill
 
 
+# Tests of code that does not depend on the Keras backend (NumPy-only
+# bookkeeping, source scans, fresh processes without Keras) carry
+# `@pytest.mark.backend_independent(reason="...")`: they run once, in this
+# environment, the fastest per test, and the others skip them, saying so.
+ONCE_BACKEND = "torch"
+
+
 def pytest_collection_modifyitems(config, items):
     # A test above 20 s on the 2-core machine carries
     # `@pytest.mark.slow(reason="...")`: the reason is not optional.
+    backend = keras.backend.backend()
     for item in items:
         for marker in item.iter_markers("slow"):
             if not marker.kwargs.get("reason"):
                 raise pytest.UsageError(
                     f"{item.nodeid}: @pytest.mark.slow needs a one-line "
                     'reason="..." (what makes it take over 20 s)'
+                )
+        for marker in item.iter_markers("backend_independent"):
+            reason = marker.kwargs.get("reason")
+            if not reason:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.backend_independent needs "
+                    'a one-line reason="..." (why no backend changes it)'
+                )
+            if backend != ONCE_BACKEND:
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"backend-independent, run once in the "
+                        f"{ONCE_BACKEND} environment: {reason}"
+                    )
                 )

@@ -7,6 +7,12 @@ docstrings count too: describe what Keras does, not where it keeps it."""
 import pathlib
 import re
 
+import pytest
+
+pytestmark = pytest.mark.backend_independent(
+    reason="a scan of the source files"
+)
+
 _KMODELS = pathlib.Path(__file__).resolve().parents[1] / "kmodels"
 # The modules allowed to use internals, relative to `kmodels/`.
 _DOOR = re.compile(r"backend/(?:[a-z]+/)?keras_internals\.py")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import keras
+import pytest
 
 import kmodels
 import kmodels.backend
@@ -168,21 +169,25 @@ def _is_stub(function):
     return isinstance(value, ast.Name) and value.id in names
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_the_facade_modules_are_the_interface():
     assert _modules(BACKEND_DIR) == MODULES
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_every_backend_module_is_a_facade_module():
     for backend in BACKENDS:
         assert _modules(BACKEND_DIR / backend) <= MODULES, backend
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_every_backend_function_is_one_its_facade_calls():
     for (backend, module), functions in _backend_functions().items():
         required, optional = _facade_calls(module)
         assert set(functions) <= required | optional, (backend, module)
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_every_backend_defines_the_functions_its_facade_requires():
     for module in sorted(MODULES):
         required, _ = _facade_calls(module)
@@ -192,6 +197,7 @@ def test_every_backend_defines_the_functions_its_facade_requires():
             assert required <= defined, (backend, module)
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_every_optional_function_is_defined_by_some_backend():
     # A `native_function` name that no backend defines is a misspelling
     # (or a default nobody overrides any more).
@@ -206,6 +212,7 @@ def test_every_optional_function_is_defined_by_some_backend():
             assert (module, name) in defined, (module, name)
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_backend_functions_take_the_arguments_of_the_facade():
     facades = {
         module: _functions(BACKEND_DIR / f"{module}.py") for module in MODULES
@@ -225,6 +232,7 @@ def test_backend_functions_take_the_arguments_of_the_facade():
                 assert arguments == _arguments(facade), (backend, module, name)
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_no_backend_module_defines_a_stub():
     stubs = {
         f"{backend}/{module}.{name}"
@@ -235,6 +243,7 @@ def test_no_backend_module_defines_a_stub():
     assert stubs == ALLOWED_STUBS
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_every_backend_package_imports_all_its_modules():
     for backend in BACKENDS:
         tree = ast.parse((BACKEND_DIR / backend / "__init__.py").read_text())
@@ -284,6 +293,7 @@ def _tests_backend_name(node):
     return False
 
 
+@pytest.mark.backend_independent(reason="a scan of kmodels/backend's source")
 def test_only_kmodels_backend_tests_the_backend_name():
     root = pathlib.Path(kmodels.__file__).parent
     # The SavedModel exporters run in a TensorFlow process of their own
@@ -299,6 +309,9 @@ def test_only_kmodels_backend_tests_the_backend_name():
     assert found == []
 
 
+@pytest.mark.backend_independent(
+    reason="a fresh process with KERAS_BACKEND=numpy"
+)
 def test_an_unsupported_backend_is_refused_at_import():
     result = subprocess.run(
         [sys.executable, "-c", "import kmodels.backend"],

@@ -1,6 +1,12 @@
 """FLOP formulas of the benchmark, checked against counts done by hand."""
 
+import pytest
+
 from benchmarks import flops
+
+pytestmark = pytest.mark.backend_independent(
+    reason="FLOP counts of shapes, in Python"
+)
 
 
 def test_matmul_counts_two_flops_per_multiply_add():

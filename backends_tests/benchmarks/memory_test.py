@@ -6,9 +6,12 @@ import pytest
 
 from benchmarks import memory
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="reads /proc (Linux)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="reads /proc (Linux)"
+    ),
+    pytest.mark.backend_independent(reason="the process's memory readings"),
+]
 
 
 def test_status_field_in_megabytes(tmp_path):

@@ -11,6 +11,10 @@ import pytest
 from benchmarks import report
 from benchmarks import runner
 
+pytestmark = pytest.mark.backend_independent(
+    reason="the report's tables, targets and chart: Python over records"
+)
+
 
 def _ok(case, backend, median_ms, **extra):
     return dict(

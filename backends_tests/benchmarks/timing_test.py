@@ -4,6 +4,10 @@ import pytest
 
 from benchmarks import timing
 
+pytestmark = pytest.mark.backend_independent(
+    reason="timing statistics over Python clocks"
+)
+
 
 def test_summarize_median_quartiles_and_range():
     stats = timing.summarize([0.005, 0.001, 0.003, 0.002, 0.004])

@@ -15,6 +15,10 @@ from kmodels.datasets.dates import date_split
 from kmodels.datasets.dates import format_date
 from kmodels.seq2seq.text_processor import TextProcessor
 
+pytestmark = pytest.mark.backend_independent(
+    reason="the date data set is generated in Python and NumPy"
+)
+
 # strptime patterns written from the style descriptions (C locale; %d and
 # %m accept one or two digits, %y uses the POSIX pivot 69 -> 1969).
 PATTERNS = [

@@ -141,6 +141,7 @@ def test_import_kmodels_registers_every_class(tmp_path):
         )
 
 
+@pytest.mark.backend_independent(reason="a fresh process without Keras")
 def test_import_kmodels_without_keras_imports_no_backend():
     # The `parity` tox env has NumPy only: `import kmodels` and `python -m
     # kmodels.testing.parity` must not need Keras. Keras is hidden here by

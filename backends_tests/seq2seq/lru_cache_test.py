@@ -5,7 +5,13 @@ import copy
 import pickle
 import threading
 
+import pytest
+
 from kmodels.seq2seq.eager_cache import LRUCache
+
+pytestmark = pytest.mark.backend_independent(
+    reason="a Python cache with a lock"
+)
 
 
 def test_the_least_recently_used_key_is_dropped():

@@ -1,10 +1,15 @@
 """The cross-backend comparison of kmodels.testing.parity (pure NumPy logic)."""
 
 import numpy as np
+import pytest
 
 from kmodels.testing.parity import ParityStore
 from kmodels.testing.parity import compare
 from kmodels.testing.parity import format_table
+
+pytestmark = pytest.mark.backend_independent(
+    reason="the parity store compares NumPy arrays saved by each backend"
+)
 
 
 def _write(tmp_path, values):
