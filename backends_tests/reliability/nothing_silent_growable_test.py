@@ -52,9 +52,11 @@ def _fit(model, rows, callbacks=()):
 @pytest.mark.parametrize(
     "keys, error, match",
     [
-        ([1.5], TypeError, r"assign expects integer keys .* dtype float64"),
-        (["3"], TypeError, r"assign expects integer keys .* dtype <U1"),
-        ([True], TypeError, r"assign expects integer keys .* dtype bool"),
+        ([1.5], TypeError, r"assign expects integer keys .* float key 1\.5"),
+        (["3"], TypeError, r"assign expects integer keys .* str key '3'"),
+        ([True], TypeError, r"assign expects integer keys .* bool key True"),
+        ([2, True], TypeError, r"integer keys .* the bool key True\."),
+        (np.array([1.0]), TypeError, r"integer keys .* got dtype float64\."),
         ([-1], ValueError, r"expects ids >= 0; got -1\."),
         ([2**31 + 5], ValueError, r"ids below 2\*\*31 .*got 2147483653\."),
         ([2**64], ValueError, r"ids below 2\*\*31 .*got 18446744073709551616"),
@@ -68,7 +70,7 @@ def test_item_1_assign_without_index_refuses_keys_that_are_not_ids(
     table.build()
     before = _numpy(table.embeddings)
     with pytest.raises(error, match=match):
-        table.assign(keys, np.ones((1, 3)))
+        table.assign(keys, np.ones((len(keys), 3)))
     # Refused before anything changed: the table did not grow.
     assert table.capacity == 4
     np.testing.assert_array_equal(_numpy(table.embeddings), before)
@@ -76,6 +78,22 @@ def test_item_1_assign_without_index_refuses_keys_that_are_not_ids(
     if error is ValueError and abs(keys[0]) < 2**63:
         with pytest.raises(ValueError, match=match):
             table(np.array([keys]))
+
+
+def test_item_1_keyed_assign_keeps_keys_as_given():
+    # NumPy would make [2, True] ints and ["a", 1] strings; the index
+    # refuses them as its own lookup does, and adds no key.
+    for index, keys in (
+        (KeyIndex(), [2, True]),
+        (KeyIndex("string"), ["a", 1]),
+    ):
+        table = _table(index)
+        with pytest.raises(TypeError) as refused:
+            table.assign(keys, np.ones((2, 3)))
+        with pytest.raises(TypeError) as by_lookup:
+            index.lookup(keys)
+        assert str(refused.value) == str(by_lookup.value)
+        assert index.keys() == []
 
 
 @pytest.mark.parametrize(

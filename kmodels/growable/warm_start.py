@@ -88,12 +88,26 @@ def assign(table, keys, vectors):
 
 
 def _checked_keys(where, keys):
+    """`(keys, array)`: the distinct keys as a list and as a 1-D NumPy
+    array; a list or tuple is kept as given (an object array): NumPy would
+    turn `[2, True]` into ints and `["a", 1]` into strings."""
     if isinstance(keys, (str, bytes, int, np.integer)):
         raise TypeError(
             f"{where} expects a 1-D list or array of keys; got the scalar "
             f"{keys!r}. Pass [{keys!r}]."
         )
-    array = np.asarray(ops.convert_to_numpy(keys) if _is_tensor(keys) else keys)
+    if isinstance(keys, (list, tuple)):
+        array = np.asarray(keys, dtype=object)
+        if array.ndim == 1 and any(map(_is_sequence, keys)):
+            # Ragged rows, which an object array holds one by one.
+            raise ValueError(
+                f"{where} expects a 1-D list or array of keys; got nested "
+                "sequences of different lengths."
+            )
+    else:
+        array = np.asarray(
+            ops.convert_to_numpy(keys) if _is_tensor(keys) else keys
+        )
     if array.ndim != 1:
         raise ValueError(
             f"{where} expects a 1-D list or array of keys; got shape "
@@ -110,33 +124,50 @@ def _checked_keys(where, keys):
     return keys, array
 
 
+def _is_sequence(key):
+    return isinstance(key, (list, tuple, np.ndarray))
+
+
 def _checked_ids(table, where, keys, array):
     """The keys of a table without a `key_index` as int64 rows, checked as
     an eager call checks ids: `TypeError` for keys that are not integers,
     `ValueError` for negative ones, ones past `max_capacity` or 2**31."""
     if not keys:
         return np.zeros(0, np.int64)
-    if array.dtype.kind == "O" and all(
-        isinstance(k, int) and not isinstance(k, bool) for k in keys
-    ):
-        # Python integers past 64 bits (NumPy keeps them as objects): the
-        # ids a call refuses for their size.
-        low, high = min(keys), max(keys)
+    if array.dtype.kind == "O":
+        bad = next((k for k in keys if not _is_int(k)), None)
+        if bad is not None:
+            raise TypeError(
+                f"{where} expects integer keys (ids) for a table without a "
+                f"key_index; got the {type(bad).__name__} key {bad!r}. Map "
+                "raw keys to rows with kmodels.layers.KeyIndex."
+            )
+        low, high = int(min(keys)), int(max(keys))
         if low < 0:
             raise ValueError(
                 f"GrowableEmbedding '{table.name}' expects ids >= 0; got {low}."
             )
-        raise ValueError(
-            f"GrowableEmbedding '{table.name}' expects ids below 2**31 "
-            f"(rows are int32); got {high}."
-        )
-    if array.dtype.kind not in "iu":
+        if high >= 2**64:
+            # Past 64 bits: an id a call refuses for its size (it gets it
+            # as an object array, refused for its dtype).
+            raise ValueError(
+                f"GrowableEmbedding '{table.name}' expects ids below 2**31 "
+                f"(rows are int32); got {high}."
+            )
+        array = np.asarray(keys, np.uint64)
+    elif array.dtype.kind not in "iu":
         raise TypeError(
             f"{where} expects integer keys (ids) for a table without a "
-            f"key_index; got dtype {array.dtype} ({keys[0]!r}). Map raw "
-            "keys to rows with kmodels.layers.KeyIndex."
+            f"key_index; got dtype {array.dtype}. Map raw keys to rows "
+            "with kmodels.layers.KeyIndex."
         )
     return check_growable_ids(table, array, training=True).astype(np.int64)
+
+
+def _is_int(key):
+    return isinstance(key, (int, np.integer)) and not isinstance(
+        key, (bool, np.bool_)
+    )
 
 
 def _check_room(table, where, index, keys):
@@ -167,8 +198,8 @@ def _check_room(table, where, index, keys):
     capacity = table.required_capacity(top)
     if capacity > sizing.round_up(limit, table.row_multiple):
         raise ValueError(
-            f"{where}: the {grown} new keys would take rows up to {top}, "
-            f"and GrowableEmbedding '{table.name}' cannot grow to "
+            f"{where}: the new keys would take rows up to {top}, and "
+            f"GrowableEmbedding '{table.name}' cannot grow to "
             f"{capacity} rows: max_capacity={limit}. No key was added to "
             f"KeyIndex '{index.name}'. Raise max_capacity, or assign fewer "
             "keys."
