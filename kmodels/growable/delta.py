@@ -38,6 +38,8 @@ import weakref
 import numpy as np
 from keras import ops
 
+from kmodels.backend import keras_internals
+
 
 class DeltaMark:
     """A point in a table's history, from `GrowableEmbedding.mark()`.
@@ -248,12 +250,34 @@ def forget(owner):
     for name in ("_row_clock", "_journal"):
         if getattr(owner, name, None) is not None:
             object.__setattr__(owner, name, None)
+    # A mark of another table of this name (the one saved) meets a loaded
+    # one: `delta` then tells that marks do not survive loading.
+    object.__setattr__(owner, "_state_loaded", True)
+
+
+def check_synced(table, where):
+    """Raises a `RuntimeError` while the table's variables hold no values:
+    Keras' JAX trainer keeps the state outside the variables during an
+    epoch, and reading one then runs its (spent) initializer, which fails
+    with a bare `TypeError`. A callback's `self.model` writes the state
+    back; the table does not know its model."""
+    variables = (table.embeddings, table.trained_at)
+    if all(keras_internals.variable_storage(v) is not None for v in variables):
+        return
+    raise RuntimeError(
+        f"{where}: the table's variables hold no values now: Keras' JAX "
+        "trainer keeps them outside the variables while an epoch runs. In "
+        "a callback, read `self.model` first (it writes them back), e.g. "
+        "`self.model` before `table.delta(...)`; or call "
+        "`model.jax_state_sync()`."
+    )
 
 
 def mark(table):
     """`GrowableEmbedding.mark`: a new `DeltaMark` of `table`."""
     if not table.built:
         table.build()
+    check_synced(table, f"GrowableEmbedding '{table.name}'.mark")
     clock = row_clock(table, create=True)
     journal = token = None
     index = table.key_index
@@ -277,7 +301,9 @@ def delta(table, since):
             f"{where} expects `since=` a DeltaMark from this table's "
             f"mark(); got {type(since).__name__}."
         )
-    if since._table() is not table:
+    if since._table() is not table and not (
+        since.table == table.name and getattr(table, "_state_loaded", False)
+    ):
         raise ValueError(
             f"{where}: `since` is a mark of table {since.table!r}, not of "
             "this one."
@@ -294,6 +320,7 @@ def delta(table, since):
             "survive loading. Publish a full export, then take a new "
             "mark()."
         )
+    check_synced(table, where)
     capacity = table.capacity
     rows = since._clock.since(since.version, capacity)
     trained = np.flatnonzero(_trained_at(table)[:capacity] > since.step)

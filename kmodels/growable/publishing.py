@@ -29,7 +29,10 @@ class Publishing:
         keys evicted, the rows whose values changed and their values now,
         the capacity; its size follows the rows changed. Without a
         `key_index` the ids are the keys. `kmodels.models.delta_inputs`
-        lays it out for a served model's `apply_delta` signature.
+        lays it out for a served model's `apply_delta` signature. On JAX,
+        in a callback during `fit`, read `self.model` first: it writes
+        back the state Keras' trainer holds outside the variables (until
+        then `mark`, `delta` and `assign` raise a `RuntimeError`).
 
         Example:
 
@@ -49,10 +52,14 @@ class Publishing:
 
         Keys get rows through the `key_index` (a growing lookup: a full
         bounded index evicts by its policy, or refuses the batch with a
-        `ValueError` when `eviction=None`); without one they are ids. The
-        table grows to hold them; their optimizer slots restart at their
-        initial values. The rows are then ordinary rows (trained, saved,
-        in the next `delta`).
+        `ValueError` when `eviction=None`); without one they are ids,
+        checked as a call checks ids (integers, `>= 0`, below
+        `max_capacity` and 2**31). The table grows to hold them; their
+        optimizer slots restart at their initial values. The rows are then
+        ordinary rows (trained, saved, in the next `delta`). The vectors
+        must be finite in the table's dtype. A refused call changes
+        nothing (neither the table nor its index); an empty one writes
+        nothing and returns an empty array.
 
         Example:
 
