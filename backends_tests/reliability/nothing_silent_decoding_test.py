@@ -22,6 +22,7 @@ import pytest
 
 from kmodels.callbacks import GradientFlowCheck
 from kmodels.diagnostics import check_gradient_flow
+from kmodels.diagnostics import plot_gradient_history
 from kmodels.seq2seq import Translator
 
 np_ = keras.ops.convert_to_numpy
@@ -104,3 +105,81 @@ def test_gradient_flow_check_without_trainable_weights():
     with pytest.warns(UserWarning, match="does not have any trainable"):
         model.fit(x, y, epochs=1, batch_size=4, verbose=0, callbacks=[check])
     assert check.report.variables == []
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (
+            dict(every_n_steps=True),
+            ValueError,
+            r"`every_n_steps` must be an integer >= 1; got True \(bool\)",
+        ),
+        (
+            dict(every_n_steps=2, patience=True),
+            ValueError,
+            r"`patience` must be an integer >= 1; got True \(bool\)",
+        ),
+        (
+            dict(every_n_steps=2, log_dir=5),
+            TypeError,
+            r"`log_dir` must be None or a folder path \(a str or "
+            r"os.PathLike\); got 5 \(int\)",
+        ),
+    ],
+)
+def test_gradient_flow_check_arguments(options, error, message):
+    batch = (np.zeros((2, 3), "float32"), np.zeros((2, 1), "float32"))
+    with pytest.raises(error, match="GradientFlowCheck: " + message):
+        GradientFlowCheck(batch, **options)
+
+
+def test_gradient_flow_check_numpy_ints_and_file_log_dir(tmp_path):
+    batch = (np.zeros((2, 3), "float32"), np.zeros((2, 1), "float32"))
+    check = GradientFlowCheck(
+        batch, every_n_steps=np.int64(4), patience=np.int32(2)
+    )
+    assert (check.every_n_steps, check.patience) == (4, 2)
+    assert type(check.every_n_steps) is int
+    path = tmp_path / "events"
+    path.write_text("")
+    with pytest.raises(
+        ValueError,
+        match=r"GradientFlowCheck: `log_dir` must be a folder .*; got "
+        r"'.*events', an existing file",
+    ):
+        GradientFlowCheck(batch, every_n_steps=1, log_dir=path)
+    # A file made after the callback: refused when `fit` starts.
+    later = tmp_path / "later"
+    check = GradientFlowCheck(batch, every_n_steps=1, log_dir=later)
+    later.write_text("")
+    model = _no_weights_model()
+    with pytest.raises(ValueError, match="`log_dir` must be a folder"):
+        model.fit(*batch, epochs=1, verbose=0, callbacks=[check])
+    assert check.monitor is None
+
+
+def test_plot_gradient_history_takes_a_gradient_flow_check(tmp_path):
+    pytest.importorskip("matplotlib")
+    keras.utils.set_random_seed(0)
+    x = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    y = x.sum(-1, keepdims=True)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    check = GradientFlowCheck((x, y), every_n_steps=1)
+    model.fit(x, y, epochs=1, batch_size=4, verbose=0, callbacks=[check])
+    by_check = plot_gradient_history([check], tmp_path / "check.png")
+    by_monitor = plot_gradient_history([check.monitor], tmp_path / "m.png")
+    assert by_check == tmp_path / "check.png"
+    assert by_check.read_bytes() == by_monitor.read_bytes()
+    assert by_check.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(
+        ValueError, match="plot_gradient_history: the GradientFlowCheck has"
+    ):
+        plot_gradient_history(GradientFlowCheck((x, y)), tmp_path / "n.png")
+    with pytest.raises(
+        TypeError,
+        match="plot_gradient_history expects GradientMonitor or "
+        "GradientFlowCheck objects .*; got dict",
+    ):
+        plot_gradient_history([{}], tmp_path / "d.png")
