@@ -23,6 +23,7 @@ import pytest
 from kmodels.callbacks import GradientFlowCheck
 from kmodels.diagnostics import check_gradient_flow
 from kmodels.diagnostics import plot_gradient_history
+from kmodels.seq2seq import TextProcessor
 from kmodels.seq2seq import Translator
 
 np_ = keras.ops.convert_to_numpy
@@ -183,3 +184,19 @@ def test_plot_gradient_history_takes_a_gradient_flow_check(tmp_path):
         "GradientFlowCheck objects .*; got dict",
     ):
         plot_gradient_history([{}], tmp_path / "d.png")
+
+
+def test_adapt_on_digits_only_names_keep_digits():
+    with pytest.raises(
+        ValueError,
+        match=r"TextProcessor.adapt found no word in the texts it was given "
+        r"\(2 texts\); the texts contain digits, which are dropped unless "
+        r"`keep_digits=True`\.",
+    ):
+        TextProcessor().adapt(["12 34", "5"])
+    # Without digits the message stays as it was.
+    with pytest.raises(ValueError, match=r"it was given \(1 texts\)\.$"):
+        TextProcessor().adapt(["日本"])
+    processor = TextProcessor(keep_digits=True)
+    processor.adapt(["12 34", "5"])
+    assert sorted(processor.vocabulary[-3:]) == ["12", "34", "5"]
