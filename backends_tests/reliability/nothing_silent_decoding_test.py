@@ -24,6 +24,7 @@ from kmodels.callbacks import GradientFlowCheck
 from kmodels.diagnostics import check_gradient_flow
 from kmodels.diagnostics import plot_gradient_history
 from kmodels.seq2seq import TextProcessor
+from kmodels.seq2seq import TextTranslator
 from kmodels.seq2seq import Translator
 
 np_ = keras.ops.convert_to_numpy
@@ -200,3 +201,32 @@ def test_adapt_on_digits_only_names_keep_digits():
     processor = TextProcessor(keep_digits=True)
     processor.adapt(["12 34", "5"])
     assert sorted(processor.vocabulary[-3:]) == ["12", "34", "5"]
+
+
+def test_bleu_with_empty_separator_counts_the_model_tokens():
+    keras.utils.set_random_seed(0)
+    # Target tokens "-" and "'": each split apart by the processor, not by
+    # 13a (which splits "+", "(", ...).
+    source = TextProcessor(punctuation="-'")
+    target = TextProcessor(punctuation="-'")
+    source.adapt(["a-b-c", "c'b'a"])
+    target.adapt(["- ' -", "' - '"])
+    model = Translator(
+        source.vocabulary_size,
+        target.vocabulary_size,
+        units=4,
+        start_id=target.start_id,
+        end_id=target.end_id,
+    )
+    bundle = TextTranslator(model, source, target, separator="")
+    options = dict(
+        max_length=8, min_length=8, banned_ids=[target.unk_id, target.start_id]
+    )
+    sources = ["a-b-c", "c'b'a"]
+    outputs = bundle.translate(sources, **options)
+    # Seven or eight tokens each, written without spaces ("-'--'-'"):
+    # one 13a token per output, whose BLEU against itself used to be 0.
+    assert all(" " not in o and len(target.tokenize(o)) >= 9 for o in outputs)
+    scores = bundle.evaluate((sources, outputs), **options)
+    assert scores["exact_match"] == 1.0
+    assert scores["bleu"] == pytest.approx(1.0, abs=1e-6)
