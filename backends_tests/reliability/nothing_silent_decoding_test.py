@@ -23,6 +23,7 @@ import pytest
 from kmodels.callbacks import GradientFlowCheck
 from kmodels.diagnostics import check_gradient_flow
 from kmodels.diagnostics import plot_gradient_history
+from kmodels.layers import PatchEmbedding
 from kmodels.seq2seq import TextProcessor
 from kmodels.seq2seq import TextTranslator
 from kmodels.seq2seq import Translator
@@ -230,3 +231,28 @@ def test_bleu_with_empty_separator_counts_the_model_tokens():
     scores = bundle.evaluate((sources, outputs), **options)
     assert scores["exact_match"] == 1.0
     assert scores["bleu"] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (3, 2), (2, 5)])
+def test_patch_embedding_same_first_call_on_a_small_image(size):
+    keras.utils.set_random_seed(0)
+    image = np.arange(size[0] * size[1] * 2, dtype="float32").reshape(
+        1, *size, 2
+    )
+    layer = PatchEmbedding((4, 3), 5, padding="same")
+    first = np_(layer(image))
+    # The same layer built on a larger image first gives the same vectors:
+    # the image padded with zeros at the bottom and right, one patch per
+    # side of 4 x 3 or less.
+    rows, cols = -(-size[0] // 4), -(-size[1] // 3)
+    assert first.shape == (1, rows * cols, 5)
+    padded = np.zeros((1, rows * 4, cols * 3, 2), "float32")
+    padded[:, : size[0], : size[1]] = image
+    kernel, bias = (np_(w) for w in layer.projection.weights)
+    patches = padded.reshape(1, rows, 4, cols, 3, 2).transpose(0, 1, 3, 2, 4, 5)
+    expected = patches.reshape(1, rows * cols, -1) @ kernel.reshape(-1, 5)
+    np.testing.assert_allclose(first, expected + bias, rtol=1e-5, atol=1e-5)
+    later = PatchEmbedding((4, 3), 5, padding="same")
+    later(np.zeros((1, 8, 6, 2), "float32"))
+    later.set_weights(layer.get_weights())
+    np.testing.assert_allclose(np_(later(image)), first, rtol=1e-6)
