@@ -295,9 +295,11 @@ def test_fit_ends_in_the_same_state_with_and_without_the_monitor():
 
 def test_arguments_are_checked():
     batch = (np.zeros((2, 3)), np.zeros((2, 1)))
-    with pytest.raises(ValueError, match="`every_n_steps` to be None"):
+    with pytest.raises(
+        ValueError, match="`every_n_steps` must be an integer >= 1"
+    ):
         GradientFlowCheck(batch, every_n_steps=0)
-    with pytest.raises(ValueError, match="`patience` to be an integer"):
+    with pytest.raises(ValueError, match="`patience` must be an integer >= 1"):
         GradientFlowCheck(batch, every_n_steps=5, patience=0)
     with pytest.raises(ValueError, match="pass `every_n_steps` with it"):
         GradientFlowCheck(batch, log_dir="logs")

@@ -1,9 +1,24 @@
+import os
+
 import keras
 
+from kmodels.arguments import ArgumentTypeError
+from kmodels.arguments import check_int
+from kmodels.arguments import check_optional_int
 from kmodels.backend.gradients import SummaryWriter
 from kmodels.diagnostics.gradient_flow import check_gradient_flow
 from kmodels.diagnostics.gradient_monitor import GradientMonitor
 from kmodels.diagnostics.gradient_plot import plot_gradient_history
+
+
+def _check_not_a_file(log_dir):
+    """TensorBoard's writer fails inside `fit` with TensorFlow's
+    `FailedPreconditionError` on a `log_dir` that is a file."""
+    if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+        raise ValueError(
+            "GradientFlowCheck: `log_dir` must be a folder (for TensorBoard "
+            f"event files); got {log_dir!r}, an existing file."
+        )
 
 
 class GradientFlowCheck(keras.callbacks.Callback):
@@ -32,7 +47,16 @@ class GradientFlowCheck(keras.callbacks.Callback):
         every_n_steps: check every N train steps instead of once.
         patience: consecutive zero or non-finite checks before a variable
             is flagged (with `every_n_steps`).
-        log_dir: folder for TensorBoard event files (with `every_n_steps`).
+        log_dir: folder for TensorBoard event files (with `every_n_steps`):
+            None, a str or an `os.PathLike`; an existing file is refused
+            (also when `fit` starts, if one was made there since).
+
+    Raises:
+        ValueError: `every_n_steps` (an int >= 1 or None) or `patience`
+            (an int >= 1) of the wrong value (bools are refused, NumPy
+            ints accepted), `log_dir` an existing file or given without
+            `every_n_steps`; `log_dir` of the wrong type raises an
+            `ArgumentTypeError`, a `TypeError` and a `ValueError`.
 
     Example:
 
@@ -62,24 +86,27 @@ class GradientFlowCheck(keras.callbacks.Callback):
                 "GradientFlowCheck expects `sample_batch=(x, y)`; got "
                 f"{type(sample_batch).__name__}."
             )
-        if every_n_steps is not None and (
-            not isinstance(every_n_steps, int) or every_n_steps < 1
-        ):
-            raise ValueError(
-                "GradientFlowCheck expects `every_n_steps` to be None (one "
-                f"check when fit starts) or an integer >= 1; got "
-                f"{every_n_steps!r}."
-            )
-        if not isinstance(patience, int) or patience < 1:
-            raise ValueError(
-                "GradientFlowCheck expects `patience` to be an integer >= 1 "
-                f"(consecutive checks); got {patience!r}."
-            )
-        if log_dir is not None and every_n_steps is None:
-            raise ValueError(
-                "GradientFlowCheck writes `log_dir` at each periodic check: "
-                "pass `every_n_steps` with it."
-            )
+        owner = "GradientFlowCheck"
+        every_n_steps = check_optional_int(
+            every_n_steps, "every_n_steps", owner
+        )
+        patience = check_int(patience, "patience", owner)
+        if log_dir is not None:
+            if isinstance(log_dir, bytes) or not isinstance(
+                log_dir, (str, os.PathLike)
+            ):
+                raise ArgumentTypeError(
+                    f"{owner}: `log_dir` must be None or a folder path (a "
+                    f"str or os.PathLike); got {log_dir!r} "
+                    f"({type(log_dir).__name__})."
+                )
+            log_dir = os.fspath(log_dir)
+            _check_not_a_file(log_dir)
+            if every_n_steps is None:
+                raise ValueError(
+                    "GradientFlowCheck writes `log_dir` at each periodic "
+                    "check: pass `every_n_steps` with it."
+                )
         self.sample_batch = tuple(sample_batch)
         self.loss = loss
         self.verbose = verbose
@@ -117,6 +144,9 @@ class GradientFlowCheck(keras.callbacks.Callback):
         )
 
     def on_train_begin(self, logs=None):
+        if self.log_dir is not None:
+            # A file made there since the callback was.
+            _check_not_a_file(self.log_dir)
         x, y = self.sample_batch
         if self.every_n_steps is None:
             self.report = check_gradient_flow(

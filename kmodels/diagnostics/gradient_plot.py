@@ -13,20 +13,21 @@ def plot_gradient_history(monitors, path, titles=None, size=(640, 400)):
     draws with its Agg canvas (pyplot's state is untouched).
 
     Args:
-        monitors: a `GradientMonitor` (or a `GradientFlowCheck`'s
-            `monitor`), or a list of them.
+        monitors: a `GradientMonitor` or a `GradientFlowCheck` (its
+            `monitor` is drawn; it needs `every_n_steps` and a `fit`), or
+            a list of them.
         path: the PNG file to write.
         titles: one title per panel (optional).
         size: `(width, height)` of the image in pixels.
 
     Returns:
         `path`.
-    """
-    # The Agg canvas of this figure only: pyplot's global backend and
-    # state are left alone.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
+    Raises:
+        TypeError: an entry that is neither.
+        ValueError: a `GradientFlowCheck` without periodic checks, or
+            titles that are not one per monitor.
+    """
     if not isinstance(monitors, (list, tuple)):
         monitors = [monitors]
     titles = list(titles or [None] * len(monitors))
@@ -35,7 +36,12 @@ def plot_gradient_history(monitors, path, titles=None, size=(640, 400)):
             f"plot_gradient_history expects one title per monitor; got "
             f"{len(titles)} title(s) for {len(monitors)} monitor(s)."
         )
-    panels = [m.layer_norms() for m in monitors]
+    panels = [_monitor(m).layer_norms() for m in monitors]
+    # The Agg canvas of this figure only: pyplot's global backend and
+    # state are left alone.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     positive = [
         v
         for norms in panels
@@ -74,3 +80,24 @@ def plot_gradient_history(monitors, path, titles=None, size=(640, 400)):
     figure.tight_layout()
     figure.savefig(path, dpi=dpi, format="png")
     return path
+
+
+def _monitor(entry):
+    """The `GradientMonitor` of a monitor or a `GradientFlowCheck`."""
+    from kmodels.callbacks.gradient_flow_check import GradientFlowCheck
+    from kmodels.diagnostics.gradient_monitor import GradientMonitor
+
+    if isinstance(entry, GradientMonitor):
+        return entry
+    if isinstance(entry, GradientFlowCheck):
+        if entry.monitor is None:
+            raise ValueError(
+                "plot_gradient_history: the GradientFlowCheck has no "
+                "periodic checks to draw: pass `every_n_steps` and call "
+                "`fit` first."
+            )
+        return entry.monitor
+    raise TypeError(
+        "plot_gradient_history expects GradientMonitor or GradientFlowCheck "
+        f"objects (or a list of them); got {type(entry).__name__}."
+    )

@@ -175,7 +175,18 @@ class PatchEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         self._check_shape(input_shape)
-        self.projection.build(tuple(input_shape))
+        shape = tuple(input_shape)
+        if self.padding == "same":
+            # The projection sees the padded image (`call` pads up to the
+            # next multiple of the patch): an image smaller than a patch
+            # builds it as a later call on it runs.
+            ph, pw = self.patch_shape
+            sides = [
+                None if size is None else -(-size // patch) * patch
+                for size, patch in zip(shape[1:3], (ph, pw))
+            ]
+            shape = (shape[0], *sides, shape[3])
+        self.projection.build(shape)
         if self.class_token:
             # Zeros, as the ViT reference code (big_vision's `cls`).
             self.class_embedding = self.add_weight(

@@ -223,7 +223,24 @@ def _row_column_pairs(columns, rows):
     return ops.reshape(ops.stack([row_ids, columns], axis=-1), (-1, 2))
 
 
-def _check_length_penalty(value, owner):
+# `length ** length_penalty`, for every length up to `max_length`, stays
+# within [1e-20, 1e20]: a score of magnitude 1e-18 to 1e18 stays a normal,
+# finite float32 once divided by it, so the order of the scores is kept. A
+# larger penalty turns scores into -0.0 or -inf (float32 has 1e-38 to 3e38),
+# and the n-best order into noise: it is refused.
+LOG_PENALTY_LIMIT = math.log(1e20)
+
+
+def penalty_bound(max_length):
+    """The largest `|length_penalty|` `check` takes for `max_length`:
+    `ln(1e20) / ln(max_length)` (any penalty for `max_length=1`, whose
+    lengths are all 1)."""
+    if max_length <= 1:
+        return math.inf
+    return LOG_PENALTY_LIMIT / math.log(max_length)
+
+
+def _check_length_penalty(value, owner, max_length):
     wrong_type = isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (numbers.Real, np.floating, np.integer)
     )
@@ -233,6 +250,15 @@ def _check_length_penalty(value, owner):
             f"{owner}: `length_penalty` must be a finite real number "
             "(0 ranks by summed log-probability, > 0 favours longer "
             "outputs, < 0 shorter ones); got "
+            f"{value!r} ({type(value).__name__})."
+        )
+    bound = penalty_bound(max_length)
+    if abs(float(value)) > bound:
+        raise ValueError(
+            f"{owner}: `length_penalty` must be in [-{bound:.4g}, "
+            f"{bound:.4g}] for max_length={max_length} (so that "
+            "`max_length ** |length_penalty|` <= 1e20 and the float32 "
+            "normalised scores keep their order); got "
             f"{value!r} ({type(value).__name__})."
         )
     return float(value)
@@ -249,7 +275,19 @@ def _check_banned_ids(banned_ids, vocabulary_size, owner):
             f"[0, {vocabulary_size}), or None; got {banned_ids!r} "
             f"({type(banned_ids).__name__})."
         )
-    ids = np.asarray(list(banned_ids), dtype=object).ravel().tolist()
+    # Nested ids (`[[4, 5]]`, a 2-D array) are refused, not flattened:
+    # they are not the flat list of ids `generate` documents.
+    flat = not isinstance(banned_ids, np.ndarray) or banned_ids.ndim == 1
+    ids = list(banned_ids) if flat else []
+    flat = flat and not any(
+        hasattr(i, "__iter__") and not isinstance(i, (str, bytes)) for i in ids
+    )
+    if not flat:
+        raise ArgumentTypeError(
+            f"{owner}: `banned_ids` must be a flat list of token ids "
+            f"(integers in [0, {vocabulary_size})), or None; got "
+            f"{banned_ids!r} ({type(banned_ids).__name__})."
+        )
     checked = []
     for i in ids:
         checked.append(
@@ -285,11 +323,14 @@ def check(
 
     Raises a `ValueError` naming the argument, what was expected and what
     arrived (an `ArgumentTypeError`, also a `TypeError`, for a wrong
-    type): a non-finite `length_penalty`, a negative `min_length` or
+    type): a non-finite `length_penalty`, or one with `max_length **
+    |length_penalty| > 1e20` (see `penalty_bound`: float32 would turn the
+    normalised scores into -0.0 or -inf), a negative `min_length` or
     `no_repeat_ngram_size`, `min_length > max_length`, banned ids out of
-    `[0, vocabulary_size)` or covering every id but the padding id.
+    `[0, vocabulary_size)` or covering every id but the padding id, or
+    `banned_ids` that is not a flat sequence of ids (`[[4, 5]]`).
     """
-    length_penalty = _check_length_penalty(length_penalty, owner)
+    length_penalty = _check_length_penalty(length_penalty, owner, max_length)
     min_length = check_int(min_length, "min_length", owner, 0, type_error=True)
     if min_length > max_length:
         raise ValueError(

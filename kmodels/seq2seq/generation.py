@@ -104,13 +104,17 @@ class Generation:
                 the end id (or `max_length` for a sequence cut there); beam
                 search returns, and `return_all_beams` orders, its beams by
                 that score. > 0 favours longer outputs, < 0 shorter ones.
+                The normalisation runs in float32: a penalty with
+                `max_length ** |length_penalty| > 1e20` (|penalty| > 11.77
+                at `max_length=50`, > 6.67 at 1000) is refused, as it would
+                turn scores into -0.0 or -inf and their order into noise.
             min_length: int in `[0, max_length]` (default 0). Every
                 sequence has at least `min_length` generated ids, the end
                 id included: the end id is the `min_length`-th id at the
                 earliest.
             no_repeat_ngram_size: int >= 0 (default 0: off). No n-gram of
                 that many generated ids occurs twice in a sequence.
-            banned_ids: optional sequence of ids in
+            banned_ids: optional flat sequence of ids in
                 `[0, target_vocabulary_size)` never generated (e.g. the
                 unknown-word id); they may not cover every id but 0.
 
@@ -137,7 +141,8 @@ class Generation:
                 naming it, what was expected and what arrived (the error is
                 also a `ValueError`).
             ValueError: ids out of range, `max_length < 1`, a negative or
-                non-finite temperature, a non-finite `length_penalty`, a
+                non-finite temperature, a non-finite or too large
+                `length_penalty` (see above), nested `banned_ids`, a
                 negative `min_length` or `no_repeat_ngram_size`,
                 `min_length > max_length`, banned ids out of range or
                 covering the whole vocabulary, an unknown sampler name, an

@@ -267,7 +267,9 @@ class TextProcessor:
                 of the same texts (or that room, if larger).
 
         Raises:
-            ValueError: no word in `texts`, or `max_tokens` too small.
+            ValueError: no word in `texts` (the message says when they
+                had digits, dropped unless `keep_digits=True`), or
+                `max_tokens` too small.
         """
         texts, _ = _as_list(texts, "TextProcessor.adapt")
         if max_tokens is not None:
@@ -285,9 +287,18 @@ class TextProcessor:
             counts.update(self._words(text))
         words = sorted(counts, key=lambda w: (-counts[w], w))
         if not words:
+            digits = ""
+            if not self.keep_digits and any(
+                re.search("[0-9]", unicodedata.normalize("NFKD", t))
+                for t in texts
+            ):
+                digits = (
+                    "; the texts contain digits, which are dropped unless "
+                    "`keep_digits=True`"
+                )
             raise ValueError(
                 "TextProcessor.adapt found no word in the texts it was given "
-                f"({len(texts)} texts)."
+                f"({len(texts)} texts){digits}."
             )
         if self.tokenizer == "wordpiece":
             pieces = self._learn_pieces(counts, max_tokens)

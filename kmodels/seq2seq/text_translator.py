@@ -314,6 +314,14 @@ class TextTranslator:
         references as the bundle writes its output: `"2021-03-03"` for
         dates, lower-case space-separated tokens for words).
 
+        With a separator other than `" "` (`""` for dates), BLEU counts the
+        target processor's units, not `13a` tokens: each translation and
+        reference is first split as `TextProcessor` splits a text
+        (standardised, punctuation apart: `"2021-03-03"` is `2021 - 03 -
+        03`, the tokens the model wrote), then scored space-joined. Joined
+        by `""`, a translation would otherwise be one or two `13a` tokens
+        and BLEU 0 for nearly any output.
+
         `pairs` is read in one of two ways, told apart by its type, as Keras
         reads `(x, y)`: a *tuple* of two lists, `(sources, references)`, is
         the sources and their references (`(["a", "b"], ["x", "y"])` is two
@@ -365,11 +373,20 @@ class TextTranslator:
                     "reference length."
                 )
         translations = self.translate(sources, **kwargs)
+        separator = kwargs.get("separator", self.separator)
+        hypotheses, targets = translations, references
+        if separator != " ":
+            # Joined without spaces ("2021-03-03"), an output is one or two
+            # `13a` tokens: BLEU would be 0 for nearly every sentence. Both
+            # sides are split into the target processor's units first.
+            units = self.target_processor._words
+            hypotheses = [" ".join(units(t)) for t in translations]
+            targets = [" ".join(units(r)) for r in references]
         bleu = keras_hub.metrics.Bleu(max_order=max_order, smooth=smooth)
         # With no translated token keras-hub's brevity penalty divides by
         # zero in NumPy (exp(-inf) = 0): BLEU 0, without the warning.
         with np.errstate(divide="ignore"):
-            bleu.update_state([[r] for r in references], translations)
+            bleu.update_state([[r] for r in targets], hypotheses)
         score = float(keras.ops.convert_to_numpy(bleu.result()))
         matches = sum(t == r for t, r in zip(translations, references))
         return {

@@ -4,6 +4,16 @@ import keras
 import torch
 
 
+def _grad(loss, inputs):
+    """`torch.autograd.grad(loss, inputs, allow_unused=True)`, with `None`
+    for every input where the loss depends on none (no input at all, a
+    model without trainable variables, or a loss of constants): what
+    TensorFlow's tape reports, where torch would raise `RuntimeError`."""
+    if not inputs or not loss.requires_grad:
+        return tuple(None for _ in inputs)
+    return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
 def variable_gradients(model, loss_fn, x, y, variables):
     params = [v.value for v in variables]
     # Non-trainable variables (GrowableEmbedding tables) are parameters
@@ -15,7 +25,7 @@ def variable_gradients(model, loss_fn, x, y, variables):
         loss = loss_fn(y, model(x, training=True))
         # `allow_unused=True`: `None` for a variable the loss does not depend
         # on. `torch.autograd.grad` leaves the parameters' `.grad` untouched.
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        grads = _grad(loss, params)
     finally:
         for p in switched:
             p.requires_grad_(False)
@@ -25,9 +35,7 @@ def variable_gradients(model, loss_fn, x, y, variables):
 def loss_gradients(model, loss_fn, variables):
     loss = loss_fn()
     # `allow_unused=True`: `None` for a variable the loss does not depend on.
-    grads = torch.autograd.grad(
-        loss, [v.value for v in variables], allow_unused=True
-    )
+    grads = _grad(loss, [v.value for v in variables])
     return loss, grads
 
 
@@ -41,7 +49,7 @@ def gradient_function(model, loss_fn, variables):
         # Assignments stay in the scope: nothing is written.
         with keras.StatelessScope(state_mapping=list(zip(mapped, values))):
             loss = loss_fn(y, model(x, training=True))
-        grads = torch.autograd.grad(loss, values, allow_unused=True)
+        grads = _grad(loss, values)
         return loss.detach(), grads
 
     return run
