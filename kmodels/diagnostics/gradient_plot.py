@@ -84,12 +84,17 @@ def plot_gradient_history(monitors, path, titles=None, size=(640, 400)):
 
 def _monitor(entry):
     """The `GradientMonitor` of a monitor or a `GradientFlowCheck`."""
-    from kmodels.callbacks.gradient_flow_check import GradientFlowCheck
+    import keras
+
     from kmodels.diagnostics.gradient_monitor import GradientMonitor
 
     if isinstance(entry, GradientMonitor):
         return entry
-    if isinstance(entry, GradientFlowCheck):
+    # A `GradientFlowCheck` (kmodels.callbacks, a layer above this one,
+    # which diagnostics does not import): a callback holding a monitor.
+    if isinstance(entry, keras.callbacks.Callback) and hasattr(
+        entry, "monitor"
+    ):
         if entry.monitor is None:
             raise ValueError(
                 "plot_gradient_history: the GradientFlowCheck has no "
