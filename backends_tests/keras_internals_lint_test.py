@@ -169,3 +169,18 @@ def test_methods_and_step_functions_written_only_in_the_doors():
         "set_step_function, drop_step_functions or override_methods):\n"
         + "\n".join(found)
     )
+
+
+def test_no_thread_local_state_in_seq2seq():
+    # What `Translator.call` returns is decided by its inputs (the fused
+    # train step's request), never by state another call could see.
+    found = [
+        f"kmodels/{relative}:{number}"
+        for path, relative, _ in _modules()
+        if relative.startswith("seq2seq/")
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if "threading.local" in line or "contextvars" in line
+    ]
+    assert not found, "thread-local state in kmodels/seq2seq:\n" + "\n".join(
+        found
+    )
