@@ -9,6 +9,9 @@
   eager `TypeError` (it names `KeyIndex`), not Keras' "Invalid dtype",
   once the model checks its data (`kmodels.contracts.enforce`, or any run
   of the model), and change no weight.
+- An unknown key on a frozen `KeyIndex` reads its `oov_row`, which starts
+  at zeros (every reserved row of a keyed table does), not at random
+  values.
 - `Translator.export` on torch raises a `NotImplementedError` that names
   `TextTranslator.export` before Keras' exporter fails; nothing is written.
 """
@@ -128,3 +131,30 @@ def test_translator_export_refuses_on_torch(tmp_path):
                 str(path), format=format, input_signature=[(spec, spec)]
             )
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    "index, reserved",
+    [(KeyIndex("string"), 1), (KeyIndex("string", first_row=2, oov_row=1), 2)],
+    ids=["default", "first_row=2"],
+)
+def test_an_unknown_key_on_a_frozen_index_reads_zeros(index, reserved):
+    table = GrowableEmbedding(3, initial_capacity=4, seed=0, key_index=index)
+    rows = index.lookup(["a", "b"])
+    index.freeze()
+    unknown = index.lookup(["nobody"])
+    assert unknown.tolist() == [index.oov_row]
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(table(unknown.astype("int32"))),
+        np.zeros((1, 3), "float32"),
+    )
+    values = keras.ops.convert_to_numpy(table.embeddings.value)
+    # The reserved rows start at zeros; the keys' rows as the initializer
+    # draws them (an unkeyed table's rows, row 0 included).
+    np.testing.assert_array_equal(values[:reserved], 0.0)
+    plain = GrowableEmbedding(3, initial_capacity=4, seed=0)
+    plain.build()
+    drawn = keras.ops.convert_to_numpy(plain.embeddings.value)
+    np.testing.assert_array_equal(values[reserved:], drawn[reserved:])
+    assert np.all(drawn[:reserved] != 0.0)
+    assert rows.tolist() == [reserved, reserved + 1]
