@@ -38,8 +38,9 @@ def _numpy(variable):
     return keras.ops.convert_to_numpy(variable.value).astype(np.float64)
 
 
-def _presized(capacity):
-    return initial_rows(capacity, DIM, INIT, SEED)
+def _presized(capacity, reserved=0):
+    # `reserved`: the rows a key index reserves start at zeros.
+    return initial_rows(capacity, DIM, INIT, SEED, reserved)
 
 
 # ------------------------------------------------------------ reset_rows
@@ -281,7 +282,7 @@ def test_fit_restarts_rows_given_to_new_keys_and_matches_oracle():
     assert changed > 50 and returned > 50
     # Exact values: SGD from the initializer, restarts included.
     targets = [t for _, t in batches]
-    expected = _oracle(_presized(CAPACITY), fed, targets, reset_steps)
+    expected = _oracle(_presized(CAPACITY, 1), fed, targets, reset_steps)
     np.testing.assert_allclose(
         _numpy(table.embeddings),
         expected[: table.capacity],
@@ -436,7 +437,7 @@ def test_user_policy_fifo_evicts_in_fit_and_survives_save_load(tmp_path):
     assert sorted(restarted.tolist()) == [1, 2, 3]
     targets = [t for _, t in batches]
     oracle_rows = [np.array(r) for r in expected_fed]
-    expected = _oracle(_presized(5), oracle_rows, targets, reset_steps)
+    expected = _oracle(_presized(5, 1), oracle_rows, targets, reset_steps)
     np.testing.assert_allclose(
         _numpy(table.embeddings), expected[: table.capacity], atol=1e-6, rtol=0
     )

@@ -700,7 +700,7 @@ def test_ttl_fit_restarts_expired_rows_and_survives_keras_file(tmp_path):
         for row in rows.tolist():
             last[row] = step
     targets = [t for _, t in batches]
-    initial = initial_rows(copy_table.capacity, 3, INIT, 5)
+    initial = initial_rows(copy_table.capacity, 3, INIT, 5, reserved=1)
     expected = sgd_oracle(initial, fed, targets, logged, 0.5)
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(copy_table.embeddings.value),

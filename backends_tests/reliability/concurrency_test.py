@@ -242,7 +242,8 @@ def _sgd_oracle(initial, fed, targets, resets):
 
 
 def _initial_rows(capacity):
-    return initial_rows(capacity, DIM, INIT, SEED)
+    # Row 0, the key index's reserved row, starts at zeros.
+    return initial_rows(capacity, DIM, INIT, SEED, reserved=1)
 
 
 @pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "lru"])

@@ -53,7 +53,8 @@ do), and each defines only functions its facade calls
   gradient and torch operations), or Keras' layers, unmasked on a
   right-padded batch where that reaches a fused kernel (torch on CUDA).
 - `compiled` also says where kmodels' models compile with XLA by default
-  (TensorFlow on the CPU).
+  (TensorFlow on the CPU), and where Keras' `Model.export` cannot write a
+  `Translator` (torch).
 - `virtual_devices`: several CPU devices in one process
   (`kmodels.distributed.virtual_cpu_devices`).
 - `table_replicas`: the collectives that keep the replicas of a growable

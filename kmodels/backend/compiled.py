@@ -85,3 +85,18 @@ def may_compile_eager_call(values):
         return False
     may_compile = native_function("compiled", "may_compile_eager_call")
     return False if may_compile is None else may_compile(values)
+
+
+def model_export_refusal(owner):
+    """Why Keras' `Model.export` cannot write kmodels' `Translator` on the
+    running backend (a message starting with `owner`), or None where it can
+    (TensorFlow and JAX: `format="tf_saved_model"`, `"litert"` on
+    TensorFlow).
+
+    On torch no format round-trips the model with this project's packages
+    (docs/export.md, "`Translator.export`: the logits model"): Keras fails
+    deep in its exporter (`tf_saved_model` needs `torch_xla`), or writes a
+    program that refuses other shapes than its sample inputs (`"torch"`).
+    """
+    refusal = native_function("compiled", "model_export_refusal")
+    return None if refusal is None else refusal(owner)

@@ -332,6 +332,11 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
         """Initial values of the integer array of `rows`: those row `r` had
         when the table was built or grew to hold it."""
         values = self._row_initializer(self.seed, rows, self.output_dim)
+        if self.key_index is not None:
+            # The rows the index reserves (its `oov_row`, padding) hold no
+            # key: they start at zeros, so that an unknown key reads a
+            # neutral vector, not a random one.
+            values[np.asarray(rows) < self.key_index.first_row] = 0
         return values.astype(self.variable_dtype)
 
     def reset_rows(self, rows):

@@ -68,8 +68,9 @@ def export_with_keys(model, path, key_indexes=None):
 
     Raises:
         ValueError: no keyed input, an unknown input name, an index
-            without `oov_row`, or `path` is a file or a folder holding
-            other entries than a SavedModel export. Nothing is written.
+            without `oov_row` or holding no keys, or `path` is a file or a
+            folder holding other entries than a SavedModel export. Nothing
+            is written.
         RuntimeError: the export subprocess failed (its error output
             ends the message, naming `path`, never the hidden working
             folder).
@@ -114,6 +115,21 @@ def export_with_keys(model, path, key_indexes=None):
             )
         if index.oov_row is None:
             key_table(index)  # Raises the ValueError that explains it.
+        if not len(index):
+            # A TensorFlow table cannot be exported empty ("keys and values
+            # cannot be empty tensors", deep in the subprocess).
+            layers = [
+                layer.name
+                for layer in model.layers
+                if getattr(layer, "key_index", None) is index
+            ]
+            where = f" (of layer {layers[0]!r})" if layers else ""
+            raise ValueError(
+                f"export_with_keys: KeyIndex '{index.name}'{where}, for "
+                f"input {name!r}, holds no keys; a served model needs keys "
+                "to look up. Fill it first: train on its rows "
+                "(`index.lookup(keys)`) or `table.assign(keys, vectors)`."
+            )
     path = os.fspath(path)
     check_replaceable(path, SAVED_MODEL, "export_with_keys")
     with tempfile.TemporaryDirectory() as folder:

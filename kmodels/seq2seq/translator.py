@@ -19,6 +19,7 @@ from keras import ops
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_optional_int
+from kmodels.backend import compiled as backend_compiled
 from kmodels.backend.losses import prefers_fused_loss
 from kmodels.backend.rnn import prefers_one_model_recurrence
 from kmodels.contracts.checks import check_translator_inputs
@@ -363,6 +364,21 @@ class Translator(
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[1]) + (self.target_vocabulary_size,)
+
+    def export(self, filepath, *args, **kwargs):
+        """Keras' `Model.export` of the logits model `call((context_tokens,
+        target_in))` (docs/export.md has the formats per backend).
+
+        Raises:
+            NotImplementedError: on torch, where no format round-trips the
+                model (Keras would fail inside its exporter); nothing is
+                written. Use `TextTranslator.export` (any backend), or
+                export under TensorFlow or JAX.
+        """
+        refusal = backend_compiled.model_export_refusal("Translator.export")
+        if refusal is not None:
+            raise NotImplementedError(refusal)
+        return super().export(filepath, *args, **kwargs)
 
     def _batch_spec(self):
         # `(context_tokens, target_in), target_out`: what `fit` and

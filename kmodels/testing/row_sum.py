@@ -32,9 +32,11 @@ def row_sum_model(table):
     return model, table
 
 
-def initial_rows(capacity, dim, initializer, seed):
+def initial_rows(capacity, dim, initializer, seed, reserved=0):
     """The rows of a table built at `capacity` with the same seed (a row's
-    values depend on (seed, row) only), as float64."""
+    values depend on (seed, row) only), as float64; the first `reserved`
+    rows at zeros, as those a table's `key_index` reserves (its
+    `first_row`: 1 by default)."""
     layer = GrowableEmbedding(
         dim,
         initial_capacity=capacity,
@@ -42,7 +44,10 @@ def initial_rows(capacity, dim, initializer, seed):
         seed=seed,
     )
     layer.build()
-    return keras.ops.convert_to_numpy(layer.embeddings.value).astype(np.float64)
+    rows = keras.ops.convert_to_numpy(layer.embeddings.value)
+    rows = rows.astype(np.float64)
+    rows[:reserved] = 0.0
+    return rows
 
 
 def sgd_oracle(initial, fed, targets, resets, learning_rate):

@@ -1,5 +1,6 @@
 """The torch implementation of the `kmodels.backend` interface."""
 
+from kmodels.backend.torch import compiled
 from kmodels.backend.torch import contracts
 from kmodels.backend.torch import decoding
 from kmodels.backend.torch import gradients
