@@ -158,3 +158,36 @@ def test_an_unknown_key_on_a_frozen_index_reads_zeros(index, reserved):
     np.testing.assert_array_equal(values[reserved:], drawn[reserved:])
     assert np.all(drawn[:reserved] != 0.0)
     assert rows.tolist() == [reserved, reserved + 1]
+
+
+def test_a_wrong_channel_count_is_refused_the_same_everywhere():
+    # Issue 43, item 8: an enforced image model given images with another
+    # channel count. TensorFlow raised its own `InvalidArgumentError`
+    # ("Depth of input") from inside the compiled step; JAX and torch
+    # Keras' `ValueError`. Now every entry point, and an eager call, raise
+    # the layer's message before any step, and no weight changes.
+    from kmodels.contracts import enforce
+    from kmodels.layers import PatchEmbedding
+
+    images = keras.Input((4, 4, 3))
+    patches = PatchEmbedding(2, embedding_dim=4, name="patches")
+    model = enforce(
+        keras.Model(images, keras.ops.mean(patches(images), axis=(1, 2)))
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    before = [np.array(w) for w in model.get_weights()]
+    bad = np.zeros((2, 4, 4, 5), "float32")
+    message = (
+        r"PatchEmbedding 'patches' was built for images with 3 channels; "
+        r"got 5 \(shape \(2, 4, 4, 5\)\)\."
+    )
+    with pytest.raises(ValueError, match=message):
+        model.fit(bad, np.zeros((2,), "float32"), verbose=0)
+    with pytest.raises(ValueError, match=message):
+        model.predict(bad, verbose=0)
+    with pytest.raises(ValueError, match=message):
+        patches(bad)
+    for kept, now in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(kept, now)
+    # The right channel count still trains.
+    model.fit(np.ones((2, 4, 4, 3), "float32"), np.ones((2,)), verbose=0)

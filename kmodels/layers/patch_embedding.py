@@ -154,6 +154,17 @@ class PatchEmbedding(keras.layers.Layer):
                 "PatchEmbedding expects images of shape (batch, height, "
                 f"width, channels); got shape {tuple(input_shape)}."
             )
+        channels = input_shape[3]
+        if self.projection.built and channels is not None:
+            # Checked here, before the convolution: TensorFlow's compiled
+            # step would raise its own `InvalidArgumentError` instead.
+            built = int(self.projection.kernel.shape[2])
+            if int(channels) != built:
+                raise ValueError(
+                    f"PatchEmbedding '{self.name}' was built for images "
+                    f"with {built} channels; got {int(channels)} (shape "
+                    f"{tuple(input_shape)})."
+                )
         if self.padding == "same":
             return
         for axis, size, patch in zip(
