@@ -51,13 +51,18 @@ _INTERNAL = re.compile(
 )
 
 
-def _internals(text):
-    """`(line number, match)` for each internal named in `text`."""
+def _matches(pattern, text):
+    """`(line number, match)` for each match of `pattern` in `text`."""
     return [
         (number, match.group())
         for number, line in enumerate(text.splitlines(), 1)
-        for match in _INTERNAL.finditer(line)
+        for match in pattern.finditer(line)
     ]
+
+
+def _internals(text):
+    """`(line number, match)` for each internal named in `text`."""
+    return _matches(_INTERNAL, text)
 
 
 def _modules():
@@ -133,11 +138,7 @@ _INSTANCE_WRITE = re.compile(
 
 
 def _instance_writes(text):
-    return [
-        (number, match.group())
-        for number, line in enumerate(text.splitlines(), 1)
-        for match in _INSTANCE_WRITE.finditer(line)
-    ]
+    return _matches(_INSTANCE_WRITE, text)
 
 
 def test_the_instance_write_rule_catches_each_form():

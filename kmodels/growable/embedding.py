@@ -245,7 +245,8 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
         # Delta export (`kmodels.growable.delta`): per row, the step after
         # the last sparse update that wrote it (0: never). Written by the
         # update itself, with the slots, so every compiled path records
-        # the rows it trains. Not saved: marks do not survive loading.
+        # the rows it trains. Saved with the table (marks still do not
+        # survive loading).
         self.trained_at = self.add_weight(
             shape=(capacity, 1),
             initializer="zeros",

@@ -83,7 +83,10 @@ class _SparseUpdate(torch.autograd.Function):
             for slot, slot_rows in zip(slots, new_slot_rows):
                 slot.index_copy_(0, rows, slot_rows.to(slot.dtype))
             # `trained_at` (delta export): the step after this update.
-            layer.trained_at.value.data.index_fill_(0, rows, float(step) + 1)
+            # A tensor, not `float(step)`: no host sync on an accelerator.
+            trained_at = layer.trained_at.value.data
+            stamp = (step.detach() + 1).to(trained_at.dtype)
+            trained_at.index_copy_(0, rows, stamp.expand(rows.shape[0], 1))
             if replicas is not None:
                 # No gradient for DDP to average and torch's optimizer to
                 # apply: the step counts on in place (`replicate`).
