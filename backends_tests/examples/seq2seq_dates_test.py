@@ -1,5 +1,7 @@
 """`python -m examples.seq2seq_dates --quick`, end to end."""
 
+import contextlib
+import io
 import struct
 
 import keras
@@ -17,9 +19,25 @@ def _png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
-def test_quick_demo_end_to_end(tmp_path, capsys):
-    result = demo.main(["--quick", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+def _quick(out=None):
+    """`main(["--quick", ...])`: its result and what it printed."""
+    printed = io.StringIO()
+    argv = ["--quick"] + ([] if out is None else ["--out", str(out)])
+    with contextlib.redirect_stdout(printed):
+        result = demo.main(argv)
+    return result, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One quick run, shared by the tests of its figures."""
+    tmp_path = tmp_path_factory.mktemp("quick")
+    result, out = _quick(tmp_path)
+    return result, out, tmp_path
+
+
+def test_quick_demo_end_to_end(quick_run):
+    result, out, tmp_path = quick_run
 
     assert result["held_out"] == 100 and result["train_pairs"] == 512
     assert result["backend"] == keras.backend.backend()
@@ -66,3 +84,24 @@ def test_unknown_flag_exits_with_usage_error(capsys):
         demo.main(["--fast"])
     assert info.value.code == 2
     assert "unrecognized arguments: --fast" in capsys.readouterr().err
+
+
+def test_fixed_work_gives_the_same_figures_twice(quick_run):
+    # The demo trains a fixed number of epochs (no time budget): a second
+    # run with the same seed prints the same lines, and every loss and
+    # translation is the same, on each backend.
+    first, printed = quick_run[0], quick_run[1]
+    second, again = _quick()
+    assert first["train_epochs"] == second["train_epochs"] == 2
+    assert first["train_history"]["loss"] == second["train_history"]["loss"]
+    assert first["examples"] == second["examples"]
+    assert first["accuracy"] == second["accuracy"]
+
+    def figures(text):
+        return [
+            line.split("; training")[0]
+            for line in text.splitlines()
+            if line.startswith(("exact match", "BLEU", "  "))
+        ]
+
+    assert figures(printed) and figures(printed) == figures(again)

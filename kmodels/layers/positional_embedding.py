@@ -1,7 +1,6 @@
 import numbers
 
 import keras
-import keras_hub
 import numpy as np
 from keras import ops
 
@@ -213,6 +212,10 @@ class PositionalEmbedding(keras.layers.Layer):
             embedding.dynamic_image_size
         )
         self._trained_grid = trained_grid
+        # keras-hub (which imports TensorFlow) is imported when a layer is
+        # made, not by `import kmodels`.
+        import keras_hub
+
         if position == "learned":
             self.position_embedding = keras_hub.layers.PositionEmbedding(
                 sequence_length=self.sequence_length,

@@ -1,5 +1,4 @@
 import keras
-import keras_hub
 
 from kmodels.arguments import check_choice
 from kmodels.arguments import check_int
@@ -144,6 +143,10 @@ def transformer_encoder(
     # averages real positions only. Passing `padding_mask=` as well would
     # only make keras-hub log a warning on every trace.
     x = positional(inputs)
+    # Imported here: `import kmodels` does not import keras-hub (nor,
+    # through it, TensorFlow).
+    import keras_hub
+
     for i in range(num_layers):
         x = keras_hub.layers.TransformerEncoder(
             intermediate_dim=intermediate_dim,
