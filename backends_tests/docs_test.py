@@ -101,7 +101,9 @@ def expected_value(comment):
         ):
             continue
         try:
-            value = eval(compile(tree, "<comment>", "eval"), {"array": np.array})
+            value = eval(
+                compile(tree, "<comment>", "eval"), {"array": np.array}
+            )
         except Exception:
             continue
         return None if _has_float(value) else value

@@ -3,9 +3,9 @@ dtype policy: the held-out exact match of float32 and `mixed_bfloat16`.
 
 A whole training (the demo's fixed work: 3 autoencoder and 20 translator
 epochs, the same on every backend; times in CPU seconds of the child; quick
-sizes: 1 + 2 epochs), so the cases are opt-in (`--cases 'dates*'`). The record's times are
-the training time (one "step"), and `exact_match` the accuracy on the 500
-held-out dates."""
+sizes: 1 + 2 epochs), so the cases are opt-in (`--cases 'dates*'`). The
+record's times are the training time (one "step"), and `exact_match` the
+accuracy on the 500 held-out dates."""
 
 from benchmarks.timing import summarize
 
