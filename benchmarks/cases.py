@@ -110,7 +110,7 @@ FULL_SIZES = {
         "batch": 250,
         "dim": 32,
         "initial_capacity": 16,
-        "pairs": 4,
+        "pairs": 3,
     },
     # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
     "gradient_flow": {
