@@ -461,7 +461,17 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
         """The values rows `start..stop-1` of `variable` (the table, a
         slot in use or `trained_at`) hold when the table grows to them:
         the row initializer's, the slot's initial value, zeros. A NumPy
-        array."""
+        array. On JAX the compiled step holds a table's reserve with these
+        values, so a growth within it changes no value.
+
+        Example:
+
+        ```python
+        table = kmodels.layers.GrowableEmbedding(3, initial_capacity=2)
+        table.build()
+        table.fresh_rows(table.trained_at, 2, 4)  # zeros, shape (2, 1)
+        ```
+        """
         if variable is self.embeddings:
             return self._initial_rows(start, stop)
         if variable is self.trained_at:
