@@ -182,7 +182,7 @@ QUICK_SIZES = {
     "movielens_stream": {
         "users": 40,
         "items": 60,
-        "interactions": 400,
+        "interactions": 200,
         "chunks": 2,
         "batch": 50,
         "dim": 4,
