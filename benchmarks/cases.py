@@ -100,6 +100,18 @@ FULL_SIZES = {
         "target_vocabulary": 136,
         "units": 64,
     },
+    # Issue 42: a MovieLens-100k-shaped stream in time order, one fit per
+    # chunk (`benchmarks.growable.movielens_stream`).
+    "movielens_stream": {
+        "users": 943,
+        "items": 1682,
+        "interactions": 100_000,
+        "chunks": 20,
+        "batch": 250,
+        "dim": 32,
+        "initial_capacity": 16,
+        "pairs": 3,
+    },
     # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
     "gradient_flow": {
         "batch": 32,
@@ -166,6 +178,16 @@ QUICK_SIZES = {
         "vocabulary": 40,
         "target_vocabulary": 30,
         "units": 8,
+    },
+    "movielens_stream": {
+        "users": 40,
+        "items": 60,
+        "interactions": 200,
+        "chunks": 2,
+        "batch": 50,
+        "dim": 4,
+        "initial_capacity": 16,
+        "pairs": 1,
     },
     "gradient_flow": {
         "batch": 2,
@@ -268,6 +290,11 @@ CASES = (
     Case("growth_event", "Embedding growth event",
          "kmodels GrowableEmbedding: fit + 1 growth", _K,
          "benchmarks.growable:growth_event", "embedding_small"),
+    # Issue 42: growable / pre-sized keras Embedding, passes alternated.
+    Case("movielens_stream", "MovieLens-shaped stream (synthetic, 100k)",
+         "GrowableEmbedding + EmbeddingGrowth, one fit per chunk "
+         "(alternated with keras Embedding)", _K,
+         "benchmarks.growable:movielens_stream", "movielens_stream"),
     Case("eager_call_tiny", "Seq2Seq eager call, tiny (batch 2, units 4)",
          "translator((ctx, tin)) eager", _K,
          "benchmarks.eager:eager_call", "eager_tiny"),

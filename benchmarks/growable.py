@@ -77,8 +77,12 @@ def growth_event(sizes, timing):
     class TimedGrowth(EmbeddingGrowth):
         def apply(self, plan):
             t0 = time.perf_counter()
+            before = self.recompilations
             super().apply(plan)
-            _block(layer)
+            # JAX: a growth within the reserve writes no array (the step
+            # holds the rows): only one past it has arrays to wait for.
+            if self.recompilations > before:
+                _block(layer)
             spent["grow"] += time.perf_counter() - t0
 
     spent = {}
@@ -124,7 +128,85 @@ def growth_event(sizes, timing):
     # Growth fits whose step recompiled (on JAX a growth within the
     # table's reserve does not: docs/growable_embedding.md).
     result["recompilations"] = sum(p["recompilations"] for p in parts)
+    result.update(_growth_in_reserve(sizes, timing, EmbeddingGrowth))
     return dict(result, flops=0)
+
+
+# Batches per timed fit of `_growth_in_reserve`.
+RESERVE_STEPS = 4
+
+
+def _growth_in_reserve(sizes, timing, growth_type):
+    """Issue 42: a growth inside the table's reserve against a plain step,
+    side by side. Each round takes a new model, grows it once and fits it
+    once without growth (untimed: the step is compiled and, on JAX, the
+    reserve set), then times two pairs (`_alternate`): a fit of
+    `RESERVE_STEPS` batches whose first grows the table once (one id past
+    the capacity) and the same fit without a new id. Per pair the growth
+    step costs `1 + (growth fit - plain fit) / (plain fit / steps)` plain
+    steps; reported: `reserve_step_ratio`, their median (the target: at
+    most 1.1), `reserve_fit_ratio`, the median of growth fit / plain fit,
+    `reserve_growths`, the growths timed, and `reserve_recompiled`, those
+    whose step compiled again (JAX: an XLA compilation while it ran;
+    elsewhere `EmbeddingGrowth.recompilations`)."""
+    # Two growths a round: a reserve holds at least two.
+    rounds = max(1, timing["min_steps"] // 2)
+    step_ratios, fit_ratios, recompiled = [], [], 0
+    for _ in range(rounds):
+        layer = _growable(sizes)
+        model = _model(layer, sizes)
+        ids, target = _batch(sizes)
+        ids = np.concatenate([ids] * RESERVE_STEPS)
+        target = np.concatenate([target] * RESERVE_STEPS)
+
+        def fit(x, growth):
+            with _CompileCounter() as compiled:
+                t0 = time.perf_counter()
+                model.fit(
+                    x,
+                    target,
+                    batch_size=sizes["batch"],
+                    epochs=1,
+                    shuffle=False,
+                    verbose=0,
+                    callbacks=[growth],
+                )
+                seconds = time.perf_counter() - t0
+            return seconds, compiled.count
+
+        def grown_ids():
+            x = ids.copy()
+            x[0, 0] = layer.capacity  # one id past the end: one growth
+            return x
+
+        fit(grown_ids(), growth_type())  # the first growth: the reserve
+        fit(ids, growth_type())
+        recompiles = []
+
+        def growth_fit():
+            growth = growth_type()
+            seconds, compiled = fit(grown_ids(), growth)
+            if growth.growths != 1:
+                raise RuntimeError(f"expected 1 growth; got {growth.log}")
+            recompiles.append(
+                growth.recompilations if compiled is None else compiled
+            )
+            return seconds
+
+        grown, plain, ratios = _alternate(
+            growth_fit, lambda: fit(ids, growth_type())[0], 2
+        )
+        for g, p in zip(grown, plain):
+            step_ratios.append(1 + (g - p) / (p / RESERVE_STEPS))
+        fit_ratios += ratios
+        recompiled += sum(1 for r in recompiles if r)
+    return {
+        "reserve_step_ratio": _median(step_ratios),
+        "reserve_fit_ratio": _median(fit_ratios),
+        "reserve_step_ratios": step_ratios,
+        "reserve_growths": len(step_ratios),
+        "reserve_recompiled": recompiled,
+    }
 
 
 def _growth_breakdown(parts):
@@ -248,4 +330,194 @@ def eviction_reset(sizes, timing):
     result = summarize(times)
     result["lookup_median_ms"] = summarize(lookups)["median_ms"]
     result["rows_reset_per_step"] = per_step
+    return dict(result, flops=0)
+
+
+# ------------------------------------------- side by side with a plain table
+def _alternate(first, second, pairs):
+    """Runs `first()` and `second()` (each returns its seconds) `pairs`
+    times side by side, the order swapped every pair (AB BA AB ...), so
+    that machine noise and warm-up hit both alike. Returns the two lists
+    of seconds and the per-pair ratios `first / second`."""
+    times = ([], [])
+    for i in range(pairs):
+        order = ((0, first), (1, second)) if i % 2 == 0 else (
+            (1, second), (0, first))  # fmt: skip
+        for index, run in order:
+            times[index].append(run())
+    ratios = [a / b for a, b in zip(*times)]
+    return times[0], times[1], ratios
+
+
+def _median(values):
+    return summarize(values)["median_ms"] / 1e3
+
+
+class _CompileCounter:
+    """On JAX, counts XLA compilations (`jax.monitoring`'s backend-compile
+    events) while it is entered; `count` stays `None` elsewhere."""
+
+    def __init__(self):
+        self.count = None
+
+    def __enter__(self):
+        import keras
+
+        if keras.backend.backend() != "jax":
+            return self
+        import jax
+
+        self.count = 0
+        self._jax = jax
+
+        def listen(event, seconds, **kwargs):
+            if event == "/jax/core/compile/backend_compile_duration":
+                self.count += 1
+
+        self._listen = listen
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        return self
+
+    def __exit__(self, *exc):
+        if self.count is not None:
+            self._jax.monitoring.unregister_event_duration_listener(
+                self._listen
+            )
+
+
+def stream(sizes):
+    """A MovieLens-100k-shaped stream (synthetic): `users` users and
+    `items` items arriving over time, `interactions` (user, item, rating)
+    rows in time order. Ids are numbered in order of first appearance, as
+    a `KeyIndex` replaying the log would number them: id `k` first shows
+    up at the `k`-th arrival, and before it only older ids are drawn
+    (recent and popular ones more often). Returns `(users, items,
+    ratings)`, int32, int32 and float32 arrays."""
+    rng = np.random.default_rng(0)
+    n = sizes["interactions"]
+
+    def ids(count):
+        # Arrival times: a burst at the start, then steady arrivals.
+        arrivals = np.sort(rng.random(count) ** 1.5 * n * 0.9).astype(int)
+        arrivals[0] = 0
+        known = np.searchsorted(arrivals, np.arange(n), side="right")
+        # Among the known ids, skewed to the first (popular) ones.
+        out = (rng.random(n) ** 2 * known).astype(np.int64)
+        # Each id first appears at its arrival (later arrivals at the same
+        # position take the next free positions).
+        position = arrivals.copy()
+        for k in range(1, count):
+            position[k] = max(position[k], position[k - 1] + 1)
+        out[position[position < n]] = np.arange(count)[position < n]
+        # Ids in order of first appearance.
+        _, first = np.unique(out, return_index=True)
+        order = np.argsort(first)
+        relabel = np.empty(count, np.int64)
+        relabel[np.unique(out)[order]] = np.arange(len(order))
+        return relabel[out].astype("int32")
+
+    users, items = ids(sizes["users"]), ids(sizes["items"])
+    ratings = rng.integers(1, 6, size=n).astype("float32")
+    return users, items, ratings
+
+
+def _recommender(sizes, growable):
+    """A dot product of a user and an item vector plus an item bias:
+    `GrowableEmbedding`s starting at `initial_capacity` rows (`growable`)
+    or `keras.layers.Embedding`s sized for every id."""
+    import keras
+
+    GrowableEmbedding = require("kmodels.layers", "GrowableEmbedding")
+    keras.utils.set_random_seed(0)
+    dim = sizes["dim"]
+
+    def table(rows, width, name):
+        if growable:
+            return GrowableEmbedding(
+                width,
+                initial_capacity=sizes["initial_capacity"],
+                name=name,
+            )
+        return keras.layers.Embedding(rows, width, name=name)
+
+    user = keras.Input((), dtype="int32", name="user")
+    item = keras.Input((), dtype="int32", name="item")
+    u = table(sizes["users"], dim, "users")(user)
+    v = table(sizes["items"], dim, "items")(item)
+    bias = table(sizes["items"], 1, "item_bias")(item)
+    score = keras.ops.sum(u * v, axis=-1, keepdims=True) + bias
+    model = keras.Model({"user": user, "item": item}, score)
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def movielens_stream(sizes, timing):
+    """Issue 42: a MovieLens-100k-shaped stream replayed in time order
+    (`stream`: 943 users, 1,682 items, 100k interactions; ids first seen
+    over time), one `fit` per chunk, on a dot-product recommender with an
+    item bias (`_recommender`): `GrowableEmbedding`s from
+    `initial_capacity` rows with `EmbeddingGrowth` against
+    `keras.layers.Embedding`s sized for every id. A pass is a new model
+    (built and compiled untimed) trained once over the whole stream, its
+    first compilation and every growth included. The two kinds of pass
+    alternate in one process (`_alternate`); reported: `median_ms`, the
+    growable pass, `plain_alternated_ms`, the plain one, `pass_ratio`, the
+    median of the per-pair ratios growable / plain (issue 42's target:
+    at most 1.2), the growable pass's `growths` and `recompilations`
+    (`EmbeddingGrowth`'s count), and on JAX `compilations` and
+    `plain_compilations`, the XLA compilations of each kind of pass."""
+    EmbeddingGrowth = require("kmodels.callbacks", "EmbeddingGrowth")
+    users, items, ratings = stream(sizes)
+    chunks = np.array_split(np.arange(len(users)), sizes["chunks"])
+    counts = {}
+
+    def one_pass(growable):
+        model = _recommender(sizes, growable)
+        growth = EmbeddingGrowth() if growable else None
+        callbacks = [growth] if growable else []
+        with _CompileCounter() as compiled:
+            t0 = time.perf_counter()
+            for chunk in chunks:
+                model.fit(
+                    {"user": users[chunk], "item": items[chunk]},
+                    ratings[chunk],
+                    batch_size=sizes["batch"],
+                    epochs=1,
+                    shuffle=False,
+                    verbose=0,
+                    callbacks=callbacks,
+                )
+            seconds = time.perf_counter() - t0
+        key = "growable" if growable else "plain"
+        counts[key] = compiled.count
+        if growable:
+            counts["growths"] = growth.growths
+            counts["recompilations"] = growth.recompilations
+            counts["capacities"] = [
+                model.get_layer(name).capacity
+                for name in ("users", "items", "item_bias")
+            ]
+        return seconds
+
+    grown, plain, ratios = _alternate(
+        lambda: one_pass(True), lambda: one_pass(False), sizes["pairs"]
+    )
+    expected = [sizes["users"], sizes["items"], sizes["items"]]
+    if any(c < e for c, e in zip(counts["capacities"], expected)):
+        raise RuntimeError(
+            f"the tables did not grow to every id: capacities "
+            f"{counts['capacities']}, ids {expected}"
+        )
+    result = summarize(grown)
+    result.update(
+        plain_alternated_ms=_median(plain) * 1e3,
+        pass_ratio=_median(ratios),
+        pair_ratios=ratios,
+        growths=counts["growths"],
+        recompilations=counts["recompilations"],
+        capacities=counts["capacities"],
+        compilations=counts["growable"],
+        plain_compilations=counts["plain"],
+        interactions=len(users),
+    )
     return dict(result, flops=0)

@@ -344,6 +344,61 @@ def _growth_targets(table, backends):
                 note=note,
             )
         )
+    rows += _reserve_targets(table, backends)
+    return rows
+
+
+# Issue 42: a growth within the reserve costs at most this many plain
+# steps, and a pass over the MovieLens-shaped stream at most this many
+# plain `keras.layers.Embedding` passes, growth included.
+RESERVE_STEP_GOAL = 1.1
+STREAM_PASS_GOAL = 1.2
+
+
+def _reserve_targets(table, backends):
+    """Issue 42: `reserve_step_ratio` of the `growth_event` case and
+    `pass_ratio` of the `movielens_stream` case, each the median of
+    ratios measured side by side in one process."""
+    rows = []
+    for b in backends:
+        record = table.get(("growth_event", b)) or {}
+        ok = record.get("status") == "ok"
+        note = ""
+        if ok and record.get("reserve_growths") is not None:
+            note = (
+                f"median of {record['reserve_growths']} growths, each fit "
+                "alternated with a plain one; "
+                f"{record.get('reserve_recompiled')} recompiled"
+            )
+        rows.append(
+            _target(
+                "Embedding growth within the reserve / plain step",
+                b,
+                record.get("reserve_step_ratio") if ok else None,
+                RESERVE_STEP_GOAL,
+                "<=",
+                note=note,
+            )
+        )
+    for b in backends:
+        record = table.get(("movielens_stream", b)) or {}
+        ok = record.get("status") == "ok"
+        note = "passes alternated in one process, median of pair ratios"
+        if ok and record.get("compilations") is not None:
+            note += (
+                f"; XLA compilations {record['compilations']} vs "
+                f"{record.get('plain_compilations')}"
+            )
+        rows.append(
+            _target(
+                "MovieLens-shaped stream: growable / keras Embedding pass",
+                b,
+                record.get("pass_ratio") if ok else None,
+                STREAM_PASS_GOAL,
+                "<=",
+                note=note,
+            )
+        )
     return rows
 
 

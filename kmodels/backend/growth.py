@@ -29,8 +29,10 @@ functions below:
   `train_step_runner` says which step runs then. On JAX the hook also
   hands the step each table padded to a reserve (`compiled_rows`; JAX's
   `pad_step_state`, `unpad_tables`, `padded_state_scope`, which TensorFlow
-  and torch do not define), so that a growth within it keeps the compiled
-  step.
+  and torch do not define), its padding rows holding the values fresh rows
+  start from, so that a growth within it keeps the compiled step and
+  changes values only (`reserve_growth`, `grow_in_place`): no state is
+  written back, no row copied, nothing traced.
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`
@@ -196,6 +198,16 @@ def capacity_of(variable):
     return native.growth.capacity_of(variable)
 
 
+def grow_in_place(layer, capacity):
+    """Grows `layer`'s table, slots and `trained_at` to `capacity` rows
+    by values only, when the compiled step already holds those rows with
+    their fresh values (JAX, within the reserve, while the growth hook
+    runs a `reserve_growth`): returns True, and nothing is copied or
+    traced. False elsewhere: the caller appends the rows."""
+    grow = native_function("growth", "grow_in_place")
+    return False if grow is None else grow(layer, capacity)
+
+
 def compiled_rows(layer):
     """Rows of `layer`'s table (and slots) that the compiled train step
     holds: its capacity, except on JAX under `EmbeddingGrowth`, where the
@@ -248,7 +260,16 @@ class _GrowthHook(steps.StepHook):
         # JAX: the tables read their capacity again (`pad_step_state`).
         _unpad_tables(self._tables)
         plan = self.controller.plan(global_batches(step.batches))
-        if plan:
+        # JAX: a growth within the reserve of every table it grows is a
+        # value update: the step's state already holds the rows.
+        reserve = native_function("growth", "reserve_growth")
+        in_reserve = None
+        if plan and reserve is not None:
+            in_reserve = reserve(step, {t: c for t, (c, _) in plan.items()})
+        if in_reserve is not None:
+            with in_reserve:
+                self.controller.apply(plan)
+        elif plan:
             # During an epoch JAX keeps the state outside the variables:
             # `step.variables()` writes it back and reads it again after.
             with step.variables():

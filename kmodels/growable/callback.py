@@ -34,9 +34,10 @@ class EmbeddingGrowth(keras.callbacks.Callback):
         growths: number of table growths.
         recompilations: number of steps that had to recompile (a step may
             grow several tables at once). On JAX the compiled step holds
-            each table padded to `min(growth_factor ** 2, 4)` times the
-            capacity a growth reached, so a growth within that reserve
-            recompiles nothing and is not counted.
+            each table padded to a reserve (`min(growth_factor ** 2, 4)`
+            times the capacity a growth reached, more after earlier
+            reserves), so a growth within it is a value update: nothing
+            recompiles, and it is not counted.
         reset_log: list of dicts `{"step", "layer", "rows"}`, one per step
             and table that restarted rows given to new keys by a bounded
             `key_index` (`rows`: sorted int64 NumPy array), `step` the

@@ -446,14 +446,43 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
                 f"GrowableEmbedding '{self.name}' cannot grow to {capacity} "
                 f"rows: max_capacity={limit}."
             )
-        growth_backend.append_rows(
-            self.embeddings, self._initial_rows(old, capacity)
-        )
-        slots.append_rows(self, old, capacity)
-        growth_backend.append_rows(
-            self.trained_at, np.zeros((capacity - old, 1), "float32")
-        )
+        # JAX within the reserve: the step holds the rows already.
+        if not growth_backend.grow_in_place(self, capacity):
+            growth_backend.append_rows(
+                self.embeddings, self._initial_rows(old, capacity)
+            )
+            slots.append_rows(self, old, capacity)
+            growth_backend.append_rows(
+                self.trained_at, np.zeros((capacity - old, 1), "float32")
+            )
         self.growth_log.append({"from": old, "to": capacity})
+
+    def fresh_rows(self, variable, start, stop):
+        """The values rows `start..stop-1` of `variable` (the table, a
+        slot in use or `trained_at`) hold when the table grows to them:
+        the row initializer's, the slot's initial value, zeros. A NumPy
+        array. On JAX the compiled step holds a table's reserve with these
+        values, so a growth within it changes no value.
+
+        Example:
+
+        ```python
+        table = kmodels.layers.GrowableEmbedding(3, initial_capacity=2)
+        table.build()
+        table.fresh_rows(table.trained_at, 2, 4)  # zeros, shape (2, 1)
+        ```
+        """
+        if variable is self.embeddings:
+            return self._initial_rows(start, stop)
+        if variable is self.trained_at:
+            return np.zeros((stop - start, 1), "float32")
+        for name, slot in slots.live_slots(self):
+            if slot is variable:
+                return slots.fresh_rows(self, name, start, stop, slot.dtype)
+        raise ValueError(
+            f"GrowableEmbedding '{self.name}' has no rows in variable "
+            f"'{variable.path}'."
+        )
 
     @property
     def growths(self):

@@ -1,5 +1,6 @@
 """JAX side of `kmodels.backend.growth`."""
 
+import contextlib
 import math
 import types
 
@@ -164,8 +165,15 @@ def capacity_of(variable):
 # table for every id of the batch before the step.
 
 
-# The most rows, as a multiple of the capacity, the step holds a table at.
+# The reserve a growth past the last one sets, as a multiple of the
+# capacity: `min(growth_factor ** 2, RESERVE_LIMIT)` (two more growths),
+# raised to the power `k` at a table's `k`-th reserve, so that a table that
+# keeps outgrowing its reserve (a stream) recompiles a logarithmic number
+# of times in its final size: 4x, 16x, 64x... As long as the padded table
+# stays within RESERVE_BYTES; past that, the reserve stays at the first
+# multiple (memory).
 RESERVE_LIMIT = 4.0
+RESERVE_BYTES = 64 * 2**20
 
 
 def _paddable(layer):
@@ -192,14 +200,43 @@ def compiled_rows(layer):
         # costs nothing.
         rows = capacity
     elif rows < capacity:
-        # Room for two more growths, at most 4x the rows (memory).
-        reserve = min(float(layer.growth_factor) ** 2, RESERVE_LIMIT)
-        rows = int(math.ceil(capacity * reserve))
-        limit = layer.row_limit
-        if limit is not None:
-            rows = min(rows, max(int(limit), capacity))
+        rows = _new_reserve(layer, capacity)
     layer.__dict__["_kmodels_compiled_rows"] = rows
     return rows
+
+
+def _new_reserve(layer, capacity):
+    """The rows of `layer`'s next reserve, from its `capacity`."""
+    count = layer.__dict__.get("_kmodels_reserves", 0) + 1
+    layer.__dict__["_kmodels_reserves"] = count
+    factor = min(float(layer.growth_factor) ** 2, RESERVE_LIMIT)
+    rows = int(math.ceil(capacity * factor))
+    row_bytes = layer.output_dim * np.dtype(layer.variable_dtype).itemsize
+    budget = max(rows, RESERVE_BYTES // max(row_bytes, 1))
+    rows = min(int(math.ceil(capacity * factor**count)), budget)
+    limit = layer.row_limit
+    if limit is not None:
+        # A table with a row limit (`max_capacity`, a bounded key index)
+        # reserves up to it when that fits the budget: it never compiles
+        # again.
+        limit = max(int(limit), capacity)
+        rows = limit if limit <= budget else min(rows, limit)
+    return rows
+
+
+def _refresh_reserves(tables, changed):
+    """The step is compiled again for the tables in `changed` (new
+    reserves): every other table past half its reserve takes its next one
+    now, in the same compilation, rather than a compilation of its own a
+    few steps later."""
+    for layer in tables:
+        rows = layer.__dict__.get("_kmodels_compiled_rows")
+        if layer in changed or rows is None or not _paddable(layer):
+            continue
+        if 2 * layer.capacity > rows:
+            layer.__dict__["_kmodels_compiled_rows"] = _new_reserve(
+                layer, layer.capacity
+            )
 
 
 def _padded_variables(layer):
@@ -217,10 +254,19 @@ def pad_step_state(step, tables):
     if step.kind != "train":
         return
     padded = {}
+    tables = [t for t in tables if t.built and _paddable(t)]
+    # Tables whose rows in the step changed since the last step (a new
+    # reserve): the step compiles again.
+    changed = [
+        t
+        for t in tables
+        if compiled_rows(t) != t.__dict__.get("_kmodels_step_rows")
+    ]
+    if changed:
+        _refresh_reserves(tables, changed)
     for layer in tables:
-        if not layer.built or not _paddable(layer):
-            continue
         rows = compiled_rows(layer)
+        layer.__dict__["_kmodels_step_rows"] = rows
         capacity = layer.capacity
         if rows <= capacity:
             continue
@@ -229,19 +275,94 @@ def pad_step_state(step, tables):
         # shapes: they read padded until the state is written back.
         layer.__dict__["_kmodels_padding"] = (capacity, variables)
         for variable in variables:
-            padded[id(variable)] = rows
+            padded[id(variable)] = (layer, rows)
             shape = (rows, *tuple(variable.shape)[1:])
             keras_internals.set_variable_shape(variable, shape)
+    _pad_state_values(step, padded)
+
+
+def _pad_state_values(step, padded):
+    """Pads the values of the variables in `padded` (`{id: (layer,
+    rows)}`) in the step's state to their `rows`, with the values fresh
+    rows start from (`layer.fresh_rows`): a later growth within the
+    reserve finds its rows in place."""
     if not padded:
         return
     trainable = list(step.state[0])
     for i, variable in enumerate(step.model.trainable_variables):
-        rows = padded.get(id(variable))
+        layer, rows = padded.get(id(variable), (None, None))
         value = trainable[i]
         if rows is None or value.shape[0] >= rows:
             continue
-        trainable[i] = _resized(value, rows)
+        fresh = _fresh_rows(layer, variable, int(value.shape[0]), rows)
+        trainable[i] = _resized(value, rows, fresh)
     step.state = (trainable, *step.state[1:])
+
+
+def _fresh_rows(layer, variable, start, stop):
+    """`layer.fresh_rows(variable, start, stop)`, kept for the next
+    padding up to `stop` (each `fit` pads the state again; after a growth
+    within the reserve the padding is a tail of the last one)."""
+    cache = layer.__dict__.setdefault("_kmodels_fresh_rows", {})
+    key = (variable.path, stop)
+    cached = cache.get(key)
+    if cached is None or cached[0] > start:
+        if len(cache) > 16:
+            cache.clear()
+        cached = cache[key] = (start, layer.fresh_rows(variable, start, stop))
+    first, rows = cached
+    return rows[start - first :]
+
+
+# The variables a growth within the reserve is running for
+# (`reserve_growth`): `grow_in_place` changes their shapes only.
+_IN_RESERVE = {}
+
+
+def grow_in_place(layer, capacity):
+    variables = _padded_variables(layer)
+    if not variables or not all(id(v) in _IN_RESERVE for v in variables):
+        return False
+    # The step's state holds the rows with their fresh values already
+    # (`reserve_growth`); the variables read them at the next sync, cut
+    # to their new shapes.
+    for variable in variables:
+        shape = (int(capacity), *tuple(variable.shape)[1:])
+        keras_internals.set_variable_shape(variable, shape)
+    return True
+
+
+def reserve_growth(step, plan):
+    if step.kind != "train":
+        return None
+    fits = all(
+        layer.built
+        and _paddable(layer)
+        and layer.__dict__.get("_kmodels_compiled_rows") is not None
+        and capacity <= compiled_rows(layer)
+        for layer, capacity in plan.items()
+    )
+    if not fits:
+        return None
+    padded = {}
+    for layer in plan:
+        rows = compiled_rows(layer)
+        for variable in _padded_variables(layer):
+            padded[id(variable)] = (layer, rows)
+    # The state holds the rows the growth reaches, with their fresh values
+    # (the padding); the variables' shapes say how many are the table's.
+    _pad_state_values(step, padded)
+    return _reserve_scope(padded)
+
+
+@contextlib.contextmanager
+def _reserve_scope(padded):
+    _IN_RESERVE.update(padded)
+    try:
+        yield
+    finally:
+        for key in padded:
+            _IN_RESERVE.pop(key, None)
 
 
 def _resized(value, rows, new_rows=None):
