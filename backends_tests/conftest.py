@@ -116,7 +116,14 @@ def randomize(rng):
 # bookkeeping, source scans, fresh processes without Keras) carry
 # `@pytest.mark.backend_independent(reason="...")`: they run once, in this
 # environment, the fastest per test, and the others skip them, saying so.
+# Cross-backend round trips (a file saved on one backend, loaded on the
+# others in subprocesses) carry `@pytest.mark.cross_backend(reason="...")`:
+# the same, since one environment's run already crosses every backend.
 ONCE_BACKEND = "torch"
+_RUN_ONCE = {
+    "backend_independent": ("why no backend changes it", "backend-independent"),
+    "cross_backend": ("which backends it crosses", "cross-backend round trip"),
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -130,17 +137,18 @@ def pytest_collection_modifyitems(config, items):
                     f"{item.nodeid}: @pytest.mark.slow needs a one-line "
                     'reason="..." (what makes it take over 20 s)'
                 )
-        for marker in item.iter_markers("backend_independent"):
-            reason = marker.kwargs.get("reason")
-            if not reason:
-                raise pytest.UsageError(
-                    f"{item.nodeid}: @pytest.mark.backend_independent needs "
-                    'a one-line reason="..." (why no backend changes it)'
-                )
-            if backend != ONCE_BACKEND:
-                item.add_marker(
-                    pytest.mark.skip(
-                        reason=f"backend-independent, run once in the "
-                        f"{ONCE_BACKEND} environment: {reason}"
+        for name, (why, what) in _RUN_ONCE.items():
+            for marker in item.iter_markers(name):
+                reason = marker.kwargs.get("reason")
+                if not reason:
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: @pytest.mark.{name} needs a "
+                        f'one-line reason="..." ({why})'
                     )
-                )
+                if backend != ONCE_BACKEND:
+                    item.add_marker(
+                        pytest.mark.skip(
+                            reason=f"{what}, run once in the "
+                            f"{ONCE_BACKEND} environment: {reason}"
+                        )
+                    )

@@ -123,25 +123,38 @@ def plan(selected_cases, backends, isolation):
     return groups
 
 
-def select_cases(patterns):
+def _globs(patterns):
+    return [p.strip() for p in patterns.split(",") if p.strip()]
+
+
+def select_cases(patterns, exclude=""):
     """Cases whose name matches one of the comma-separated `patterns`
     (fnmatch globs); when `patterns` is empty, every case but the opt-in
-    ones (those run only when a pattern names them)."""
+    ones (those run only when a pattern names them). Cases matching one of
+    the comma-separated `exclude` globs are left out; each of those globs
+    must match a case."""
     import fnmatch
 
+    known = ", ".join(c.name for c in cases_mod.CASES)
     if not patterns:
-        return [c for c in cases_mod.CASES if not c.opt_in]
-    globs = [p.strip() for p in patterns.split(",") if p.strip()]
-    chosen = [
-        c
-        for c in cases_mod.CASES
-        if any(fnmatch.fnmatch(c.name, g) for g in globs)
-    ]
-    if not chosen:
-        raise SystemExit(
-            f"--cases {patterns!r} matches no case; known: "
-            + ", ".join(c.name for c in cases_mod.CASES)
-        )
+        chosen = [c for c in cases_mod.CASES if not c.opt_in]
+    else:
+        globs = _globs(patterns)
+        chosen = [
+            c
+            for c in cases_mod.CASES
+            if any(fnmatch.fnmatch(c.name, g) for g in globs)
+        ]
+        if not chosen:
+            raise SystemExit(
+                f"--cases {patterns!r} matches no case; known: {known}"
+            )
+    for glob in _globs(exclude):
+        if not any(fnmatch.fnmatch(c.name, glob) for c in cases_mod.CASES):
+            raise SystemExit(
+                f"--exclude {glob!r} matches no case; known: {known}"
+            )
+        chosen = [c for c in chosen if not fnmatch.fnmatch(c.name, glob)]
     return chosen
 
 
@@ -281,6 +294,13 @@ def parse_args(argv):
         "--cases", default="", help="comma-separated case names or globs"
     )
     parser.add_argument(
+        "--exclude",
+        default="",
+        help="comma-separated case names or globs to leave out (tox's "
+        "`bench` smoke run leaves out the cases backends_tests/benchmarks "
+        "runs on every backend)",
+    )
+    parser.add_argument(
         "--isolation",
         choices=("workload", "case", "backend"),
         help="one subprocess per workload group and backend (default), per "
@@ -353,7 +373,7 @@ def main(argv=None):
         backends = [b for b in wanted if b in available]
     else:
         backends = available
-    selected = select_cases(args.cases)
+    selected = select_cases(args.cases, args.exclude)
     warning = xla_flags_warning(args.quick, os.environ)
     if warning:
         console.print(f"[yellow]{warning}[/]")
@@ -436,7 +456,9 @@ def main(argv=None):
     report.chart(doc, stem + ".png")
     for table in report.rich_tables(doc):
         console.print(table)
-    full_set = not args.cases and set(backends) == set(available)
+    full_set = (
+        not args.cases and not args.exclude and set(backends) == set(available)
+    )
     docs_path = docs_path_for(args.quick, args.docs, args.no_docs, full_set)
     chart_path = stem + ".png"
     if docs_path:

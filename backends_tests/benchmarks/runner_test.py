@@ -75,6 +75,42 @@ def test_select_cases_rejects_unknown_names():
         runner.select_cases("nope")
 
 
+def test_exclude_leaves_cases_out_and_rejects_unknown_globs():
+    chosen = runner.select_cases("bigru*", "bigru_masked*")
+    assert [c.name for c in chosen] == ["bigru_original", "bigru_unmasked"]
+    default = [c.name for c in runner.select_cases("", "growth_event")]
+    assert "growth_event" not in default and "embedding_10k" in default
+    with pytest.raises(SystemExit, match="--exclude 'nope' matches no case"):
+        runner.select_cases("", "nope")
+
+
+@pytest.mark.backend_independent(reason="a scan of tox.ini and test files")
+def test_bench_leaves_out_only_cases_tested_on_every_backend():
+    # tox's `bench` smoke run leaves out cases that this folder's tests run
+    # on every backend (in each backend's own environment): each one it
+    # names must be run here by name, on the test's backend.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    with open(os.path.join(root, "tox.ini")) as f:
+        (line,) = [line for line in f if "-m benchmarks --quick" in line]
+    excluded = line.split("--exclude ")[1].split()[0].split(",")
+    assert excluded, line
+    here = os.path.dirname(__file__)
+    sources = ""
+    for name in sorted(os.listdir(here)):
+        if name.endswith("_test.py"):
+            with open(os.path.join(here, name)) as f:
+                sources += f.read()
+    for name in excluded:
+        assert name in cases.CASES_BY_NAME
+        assert set(cases.CASES_BY_NAME[name].backends) == set(
+            cases.KERAS_BACKENDS
+        ), name
+        assert f'cases.CASES_BY_NAME["{name}"]' in sources, name
+    assert sources.count("child._run_case(case, backend, quick=True)") >= len(
+        excluded
+    )
+
+
 def test_docs_are_updated_only_by_full_runs():
     assert runner.docs_path_for(False, None, False, True) == runner.DOCS_PATH
     assert runner.docs_path_for(True, None, False, True) is None
@@ -111,6 +147,10 @@ def test_child_reports_missing_code_as_not_available(monkeypatch):
     assert "kmodels.no_such_module.Thing not available" in record["error"]
 
 
+@pytest.mark.backend_independent(
+    reason="a fresh child process on the numpy pseudo-backend (no Keras "
+    "backend in it); 8 s on TensorFlow"
+)
 def test_child_process_reports_missing_code_as_not_available(tmp_path):
     # `python -m benchmarks.child` runs the module as `__main__`, while the
     # workload modules raise `benchmarks.child.NotAvailable`: the process

@@ -104,6 +104,16 @@ def _two_towers():
     return model
 
 
+# The export round trip: a model trained here, exported by a TensorFlow
+# subprocess, served by another fresh process. Once, in the torch
+# environment (backends_tests/conftest.py): its trained model crosses to
+# TensorFlow there; the refusals below run on every backend.
+_ROUND_TRIP = pytest.mark.cross_backend(
+    reason="trained on torch, exported by a TensorFlow subprocess, served "
+    "by a fresh TensorFlow-only process (10-15 s)"
+)
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The trained model, its frozen indexes, what the TensorFlow-only
@@ -138,6 +148,7 @@ def exported(tmp_path_factory):
     return model, keyed, (user_keys, item_keys, scale), served, path
 
 
+@_ROUND_TRIP
 def test_export_finds_the_attached_indexes(exported):
     model, keyed, _, _, _ = exported
     assert keyed == {
@@ -146,6 +157,7 @@ def test_export_finds_the_attached_indexes(exported):
     }
 
 
+@_ROUND_TRIP
 def test_export_on_raw_keys_equals_the_python_pipeline(exported):
     model, _, (user_keys, item_keys, scale), served, _ = exported
     assert sorted(served) == ["output_0"]
@@ -177,6 +189,7 @@ def test_export_on_raw_keys_equals_the_python_pipeline(exported):
     assert users.capacity >= 13 and items.capacity >= 12
 
 
+@_ROUND_TRIP
 def test_export_writes_only_what_a_new_export_replaces(exported):
     # What TensorFlow writes is what `SAVED_MODEL` recognises as a previous
     # export (replaced; anything else in the folder is refused, see

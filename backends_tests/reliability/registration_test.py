@@ -92,6 +92,10 @@ def _run(args, env=None):
 
 
 @pytest.mark.slow(reason="imports kmodels in fresh processes (13-27 s)")
+@pytest.mark.backend_independent(
+    reason="registration is `import kmodels` running Python decorators, the "
+    "same code on every backend; a fresh process costs 13-39 s"
+)
 def test_import_kmodels_registers_every_class(tmp_path):
     keras.utils.set_random_seed(2)
     model = Translator(20, 20, units=4)
