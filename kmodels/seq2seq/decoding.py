@@ -217,9 +217,10 @@ def decode(
         unit_temperature: bool, `temperature` is 1 (beam search then uses
             its own log-probabilities as the scores).
         constraints: a `kmodels.seq2seq.constraints.Constraints`, or None:
-            candidates it masks are never taken (scores stay the model's
-            log-probabilities), and with a length penalty the returned
-            scores are normalised and the beams ranked by them.
+            its transforms change the logits the scores are taken from,
+            the candidates its masks refuse are never taken (the others
+            keep their log-probabilities), and with a length penalty the
+            returned scores are normalised and the beams ranked by them.
     """
     if constraints is None:
         constraints = Constraints()
