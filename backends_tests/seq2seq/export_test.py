@@ -152,6 +152,45 @@ def exported(tmp_path_factory):
     return bundle, path, test_src, test_tgt, served
 
 
+@pytest.mark.slow(reason="exports, serves in a TensorFlow process (20-60 s)")
+@pytest.mark.backend_independent(
+    reason="the export traces its loop in a TensorFlow subprocess whatever "
+    "the backend; the processors on each backend: generate_options_test.py"
+)
+@pytest.mark.parametrize("sampler", ["greedy", "beam"])
+def test_export_serves_repetition_penalty_and_prefix(
+    exported, tmp_path, sampler
+):
+    """The export of `repetition_penalty` and `prefix` (one processor
+    class each) serves the strings and scores of `translate` with them."""
+    bundle, _, test_src, _, _ = exported
+    target = bundle.target_processor
+    # Every translation starts with "1999", "-".
+    prefix = [target.vocabulary.index("1999"), target.vocabulary.index("-")]
+    options = dict(sampler=sampler, repetition_penalty=1.3, prefix=prefix)
+    count = 1
+    if sampler == "beam":
+        options.update(num_beams=3)
+        count = 2
+    path = str(tmp_path / "dates")
+    bundle.export(path, num_return_sequences=count, **options)
+    texts = test_src[:40] + EDGE_CASES[:3]
+    served = _serve(path, texts)
+    if sampler == "beam":
+        nbest, scores = bundle.translate(
+            texts, return_all_beams=True, return_scores=True, **options
+        )
+    else:
+        best, scores = bundle.translate(texts, return_scores=True, **options)
+        nbest, scores = [[s] for s in best], scores[:, None]
+    assert served["nbest"] == [beams[:count] for beams in nbest]
+    assert served["translations"] == [beams[0] for beams in nbest]
+    np.testing.assert_allclose(
+        served["nbest_scores"], scores[:, :count], rtol=1e-4, atol=1e-4
+    )
+    assert all(s.startswith("1999-") for beams in nbest for s in beams)
+
+
 @pytest.mark.slow(
     reason="trains, exports, serves in a TensorFlow process (30-45 s)"
 )

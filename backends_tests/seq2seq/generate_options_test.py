@@ -112,12 +112,18 @@ def _obeys(sequence, min_length=0, no_repeat_ngram_size=0, banned_ids=(), **_):
     return True
 
 
-def _forced(model, context, ids):
+def _forced(model, context, ids, repetition_penalty=1.0):
     """Teacher-forced oracle scores and attention of outputs `ids`."""
     weights = [w.astype("float64") for w in model.get_weights()]
     n = len(model.encoder.weights)
     return search.score_sequences(
-        context, ids, weights[:n], weights[n:], START, END
+        context,
+        ids,
+        weights[:n],
+        weights[n:],
+        START,
+        END,
+        repetition_penalty,
     )
 
 
@@ -338,3 +344,262 @@ def test_bad_values_are_refused_before_anything_runs(
     with pytest.raises(error, match="Translator.generate: " + message):
         model.generate(CONTEXT, LENGTH, sampler="beam", **options)
     assert decoding.loop_count(model) == count
+
+
+# `repetition_penalty` and `prefix` (one processor class each), alone and
+# with every other constraint; options of one structure share a loop.
+PROCESSOR_OPTIONS = {
+    "repetition_penalty": dict(repetition_penalty=2.0),
+    "repetition_penalty_below_1": dict(repetition_penalty=0.5),
+    "prefix": dict(prefix=[3]),
+    "prefix_repeated": dict(prefix=[4, 4]),
+    "prefix_with_end": dict(prefix=[3, END]),
+    "prefix_penalty_and_all": dict(
+        prefix=[1],
+        repetition_penalty=1.5,
+        length_penalty=1.0,
+        min_length=3,
+        no_repeat_ngram_size=2,
+        banned_ids=[4],
+    ),
+}
+
+
+def _obeys_all(sequence, prefix=(), **options):
+    """`_obeys`, and the sequence starts with `prefix`."""
+    return _obeys(sequence, **options) and (
+        sequence[: len(prefix)] == tuple(prefix)
+    )
+
+
+@pytest.mark.parametrize(
+    "options", PROCESSOR_OPTIONS.values(), ids=PROCESSOR_OPTIONS.keys()
+)
+def test_new_processors_wide_beam_equals_exhaustive_search(model, options):
+    ids, attention, scores = _generate(
+        model, sampler="beam", num_beams=WIDE, return_all_beams=True, **options
+    )
+    expected_ids, expected_scores = _oracle(
+        search.exhaustive_search, model, LENGTH, **options
+    )
+    np.testing.assert_array_equal(ids[:, 0], expected_ids)
+    np.testing.assert_allclose(scores[:, 0], expected_scores, **SCORE_TOL)
+    # Every real beam obeys the constraints and scores the log-probability
+    # of the penalised logits (teacher forced by the oracle) over its
+    # length ** length_penalty; the forced ids score the model's own.
+    real = np.isfinite(scores)
+    for row in range(len(CONTEXT)):
+        for beam in np.flatnonzero(real[row]):
+            assert _obeys_all(_sequence(ids[row, beam]), **options)
+    rows, beams = np.nonzero(real)
+    forced, forced_attention = _forced(
+        model,
+        CONTEXT[rows],
+        ids[rows, beams],
+        options.get("repetition_penalty", 1.0),
+    )
+    np.testing.assert_allclose(
+        scores[rows, beams],
+        _penalised(forced, ids[rows, beams], **options),
+        **SCORE_TOL,
+    )
+    np.testing.assert_allclose(
+        attention[rows, beams], forced_attention, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "options", PROCESSOR_OPTIONS.values(), ids=PROCESSOR_OPTIONS.keys()
+)
+def test_new_processors_greedy_is_the_stepwise_argmax(model, options):
+    ids, _, scores = _generate(model, sampler="greedy", **options)
+    expected_ids, expected_scores = _oracle(
+        search.beam_search, model, LENGTH, 1, **options
+    )
+    np.testing.assert_array_equal(ids, expected_ids[:, 0])
+    np.testing.assert_allclose(scores, expected_scores[:, 0], **SCORE_TOL)
+
+
+def test_new_processors_in_keras_hubs_beam_loop(model):
+    options = PROCESSOR_OPTIONS["prefix_penalty_and_all"]
+    sampler = _HubBeam(num_beams=WIDE, return_all_beams=True)
+    ids, _, scores = _generate(model, sampler=sampler, **options)
+    expected_ids, expected_scores = _oracle(
+        search.exhaustive_search, model, LENGTH, **options
+    )
+    np.testing.assert_array_equal(ids[:, 0], expected_ids)
+    np.testing.assert_allclose(scores[:, 0], expected_scores, **SCORE_TOL)
+
+
+def test_new_processors_change_the_outputs(model):
+    """Not vacuous (by the oracle): each changes the best sequence of some
+    row, and the penalty > 1 and the prefix some greedy row (greedy rows
+    repeat already: a penalty < 1 keeps them)."""
+    plain = _oracle(search.exhaustive_search, model, LENGTH)[0]
+    greedy = _oracle(search.beam_search, model, LENGTH, 1)[0][:, 0]
+    for name in ("repetition_penalty", "repetition_penalty_below_1", "prefix"):
+        options = PROCESSOR_OPTIONS[name]
+        best = _oracle(search.exhaustive_search, model, LENGTH, **options)[0]
+        assert np.any(best != plain), name
+        if name == "repetition_penalty_below_1":
+            continue
+        first = _oracle(search.beam_search, model, LENGTH, 1, **options)[0]
+        assert np.any(first[:, 0] != greedy), name
+
+
+def test_sampling_obeys_the_new_processors(model):
+    """Sampled rows start with the prefix; scores are the log-probabilities
+    of the penalised logits (the forced ids' too)."""
+    options = PROCESSOR_OPTIONS["prefix_penalty_and_all"]
+    context = np.repeat(CONTEXT, 8, axis=0)
+    ids, _, scores = map(
+        np_,
+        model.generate(
+            context,
+            LENGTH,
+            sampler="random",
+            temperature=5.0,
+            seed=3,
+            return_scores=True,
+            **options,
+        ),
+    )
+    sequences = [_sequence(row) for row in ids]
+    assert all(_obeys_all(s, **options) for s in sequences)
+    assert len(set(sequences)) >= 2  # it does sample
+    forced, _ = _forced(model, context, ids, options["repetition_penalty"])
+    np.testing.assert_allclose(
+        scores, _penalised(forced, ids, **options), **SCORE_TOL
+    )
+
+
+def test_new_processor_values_share_one_compiled_loop(model):
+    sampler = dict(sampler="beam", num_beams=WIDE, return_all_beams=True)
+    _generate(model, **sampler, repetition_penalty=1.5, prefix=[3])
+    count = decoding.loop_count(model)
+    _, _, scores = _generate(
+        model, **sampler, repetition_penalty=3.0, prefix=[4, 3]
+    )
+    assert decoding.loop_count(model) == count
+    expected = _oracle(
+        search.exhaustive_search,
+        model,
+        LENGTH,
+        repetition_penalty=3.0,
+        prefix=[4, 3],
+    )[1]
+    np.testing.assert_allclose(scores[:, 0], expected, **SCORE_TOL)
+
+
+def test_length_penalty_ranks_finished_beams_at_the_end(model):
+    """Beam search ranks by summed log-probability during the search and
+    by the penalised score at the end (`docs/decoding.md`): with 2 beams
+    its beams are the oracle's beam search under that rule; with enough
+    beams, the exhaustive optimum (test_wide_beam_equals_exhaustive_search)."""
+    options = dict(length_penalty=2.0)
+    ids, _, scores = _generate(
+        model, sampler="beam", num_beams=2, return_all_beams=True, **options
+    )
+    expected_ids, expected_scores = _oracle(
+        search.beam_search, model, LENGTH, 2, **options
+    )
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(scores, expected_scores, **SCORE_TOL)
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (
+            dict(repetition_penalty=0),
+            ValueError,
+            r"`repetition_penalty` must be a finite number > 0.0; got 0 ",
+        ),
+        (
+            dict(repetition_penalty=-1.5),
+            ValueError,
+            r"`repetition_penalty` must be a finite number > 0.0; got -1.5",
+        ),
+        (
+            dict(repetition_penalty=float("nan")),
+            ValueError,
+            r"`repetition_penalty` must be a finite number > 0.0; got nan",
+        ),
+        (
+            dict(repetition_penalty=float("inf")),
+            ValueError,
+            r"`repetition_penalty` must be a finite number > 0.0; got inf",
+        ),
+        (
+            dict(repetition_penalty="2"),
+            TypeError,
+            r"`repetition_penalty` must be a finite number > 0.0; got '2'",
+        ),
+        (
+            dict(repetition_penalty=True),
+            TypeError,
+            r"`repetition_penalty` must be .*; got True \(bool\)",
+        ),
+        (
+            dict(prefix=[0]),
+            ValueError,
+            r"`prefix` must be an integer in \[1, 4\]; got 0 \(int\)",
+        ),
+        (
+            dict(prefix=[3, 5]),
+            ValueError,
+            r"`prefix` must be an integer in \[1, 4\]; got 5 \(int\)",
+        ),
+        (
+            dict(prefix=[3.0]),
+            TypeError,
+            r"`prefix` must be an integer in \[1, 4\]; got 3.0 \(float\)",
+        ),
+        (
+            dict(prefix=3),
+            TypeError,
+            r"`prefix` must be a sequence of integer ids in \[1, 5\)",
+        ),
+        (
+            dict(prefix=[[3, 4]]),
+            TypeError,
+            r"`prefix` must be a flat list of token ids",
+        ),
+        (
+            dict(prefix=[3, 4, 3, 4]),
+            ValueError,
+            r"`prefix` must hold at most max_length \(3\) ids; got 4",
+        ),
+    ],
+)
+def test_new_processors_refuse_bad_values(model, options, error, message):
+    count = decoding.loop_count(model)
+    with pytest.raises(error, match="Translator.generate: " + message):
+        model.generate(CONTEXT, LENGTH, sampler="beam", **options)
+    with pytest.raises(error, match="Translator.search_step: " + message):
+        model.search_step(CONTEXT, LENGTH, sampler="beam", **options)
+    assert decoding.loop_count(model) == count
+
+
+def test_search_step_refuses_an_unknown_option(model):
+    with pytest.raises(
+        TypeError,
+        match=r"Translator.search_step: unknown decoding option\(s\) "
+        r"\['repetition'\]; the constraints are \['length_penalty'",
+    ):
+        model.search_step(CONTEXT, LENGTH, repetition=1.2)
+
+
+def test_search_step_returns_generates_beams_under_the_new_processors(model):
+    options = PROCESSOR_OPTIONS["prefix_penalty_and_all"]
+    ids, scores = map(
+        np_,
+        model.search_step(
+            CONTEXT, LENGTH, "beam", WIDE, num_return_sequences=3, **options
+        ),
+    )
+    expected = _generate(
+        model, sampler="beam", num_beams=WIDE, return_all_beams=True, **options
+    )
+    np.testing.assert_array_equal(ids, expected[0][:, :3])
+    np.testing.assert_allclose(scores, expected[2][:, :3], **SCORE_TOL)

@@ -260,3 +260,30 @@ def test_translate_checks_constraints_before_processing_texts():
         translate([""], model, source, target, max_length=3, min_length=4)
     with pytest.raises(TypeError, match="translate: `length_penalty` must"):
         translate([""], model, source, target, length_penalty="1")
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "beam"])
+def test_translate_takes_repetition_penalty_and_prefix(sampler):
+    """The strings and scores of `generate` with the same options; every
+    translation starts with the prefix's words."""
+    keras.utils.set_random_seed(2)
+    model, source, target = _bundle()
+    texts = ["hola casa", "esta en casa"]
+    prefix = [target.vocabulary.index("is"), target.vocabulary.index("at")]
+    options = dict(sampler=sampler, repetition_penalty=1.7, prefix=prefix)
+    if sampler == "beam":
+        options.update(num_beams=3)
+    got, scores = translate(
+        texts, model, source, target, 4, return_scores=True, **options
+    )
+    ids, _, expected_scores = map(
+        keras.ops.convert_to_numpy,
+        model.generate(source(texts), 4, return_scores=True, **options),
+    )
+    assert got == [target.decode(row) for row in ids]
+    assert all(s.split()[:2] == ["is", "at"] for s in got)
+    np.testing.assert_array_equal(scores, expected_scores)
+    with pytest.raises(ValueError, match=r"translate: `prefix` must hold"):
+        translate([""], model, source, target, 1, prefix=prefix)
+    with pytest.raises(ValueError, match=r"translate: `repetition_penalty`"):
+        translate([""], model, source, target, repetition_penalty=0.0)

@@ -44,7 +44,8 @@ def greedy_loop(
         start_id: int, the first id fed to the decoder.
         end_id: int, the id that ends a row.
         max_length: int >= 1, the generated positions.
-        constraints: a `kmodels.seq2seq.constraints.Constraints` or None:
+        constraints: a `kmodels.seq2seq.constraints.Constraints` or None,
+            applied by its own processors (`transform`, then `refuse`):
             the argmax is taken over the ids it allows; a row with none
             left stops (padding) and scores `-inf`.
 
@@ -131,8 +132,9 @@ def beam_loop(
         num_beams: int >= 1.
         return_all_beams: bool. Return every beam, or the best one.
         constraints: a `kmodels.seq2seq.constraints.Constraints` or None:
-            the candidates it refuses are -inf (the scores of the others
-            unchanged); the length penalty is applied by the caller.
+            its transforms change the logits scored, the candidates it
+            refuses are -inf (the scores of the others unchanged); the
+            length penalty is applied by the caller.
 
     Returns:
         With `return_all_beams`, every beam sorted by score, best first

@@ -16,7 +16,8 @@ What it does not do, where keras-hub's loop does at every step:
 - reorder the whole cache: each step's ids, the beam each extends (its
   parent) and the attention weights are written into `(max_length, rows[,
   s])` buffers with slice updates, and only the `(rows, units)` GRU state
-  (and, under `no_repeat_ngram_size`, the `(rows, max_length)` ids so far)
+  (and, for a processor that reads them, the `(rows, max_length)` ids so
+  far)
   follows the beams; the sequences are read back once, at the end, by
   following the parents from the last step;
 - materialise `log_softmax` over `(rows, vocabulary)` and rank
@@ -31,7 +32,8 @@ values computed once on the context as given (one row per input), the
 beams of a row attending to it together, so that the context is never
 repeated per beam and no per-step copy lays the keys out.
 
-`Constraints` remove candidates before the first top-k
+`Constraints` change the logits before the log-sum-exp
+(`Constraints.transform`) and remove candidates before the first top-k
 (`Constraints.refuse`; the others keep the model's log-probabilities, not
 renormalised).
 """
@@ -115,7 +117,7 @@ def beam_loop(
     offsets = ops.repeat(
         ops.arange(batch, dtype="int32") * num_beams, num_beams
     )
-    ngrams = constraints.active and constraints.no_repeat_ngram_size > 0
+    history = constraints.needs_history
 
     def cond(i, token, state, scores, done, *buffers):
         return ops.logical_and(i < max_length, ops.logical_not(ops.all(done)))
@@ -124,6 +126,9 @@ def beam_loop(
         logits, state, attended = step(token, state)
         # The padding id is never generated (probability 0).
         logits = ops.where(is_pad, NEG_INF, ops.cast(logits, "float32"))
+        if constraints.active:
+            # The transforms change the distribution scored.
+            logits = constraints.transform(logits, ids, i, end_id)
         normaliser = ops.logsumexp(logits, axis=-1, keepdims=True)
         if constraints.active:
             # Refused ids are removed; the others keep their
@@ -156,7 +161,7 @@ def beam_loop(
             ops.take(done, parent, axis=0),
             ops.logical_or(token == end_id, token == 0),
         )
-        if ngrams:
+        if history:
             ids = ops.slice_update(
                 ops.take(ids, parent, axis=0), [0, i], token[:, None]
             )
@@ -185,7 +190,7 @@ def beam_loop(
         # A step the loop does not run leaves each beam its own parent.
         ops.broadcast_to(beams[None], (max_length, rows)),
         ops.zeros((max_length, rows, s), dtype=dtype),
-        ops.zeros((rows, max_length if ngrams else 1), dtype="int32"),
+        ops.zeros((rows, max_length if history else 1), dtype="int32"),
     )
     _, _, _, scores, _, tokens, parents, weights, _ = ops.while_loop(
         cond, body, initial, maximum_iterations=max_length

@@ -217,9 +217,10 @@ def decode(
         unit_temperature: bool, `temperature` is 1 (beam search then uses
             its own log-probabilities as the scores).
         constraints: a `kmodels.seq2seq.constraints.Constraints`, or None:
-            candidates it masks are never taken (scores stay the model's
-            log-probabilities), and with a length penalty the returned
-            scores are normalised and the beams ranked by them.
+            its transforms change the logits the scores are taken from,
+            the candidates its masks refuse are never taken (the others
+            keep their log-probabilities), and with a length penalty the
+            returned scores are normalised and the beams ranked by them.
     """
     if constraints is None:
         constraints = Constraints()
@@ -356,12 +357,17 @@ def _decode(
             logits = logits[:, 0]
         logits = ops.where(is_pad, NEG_INF, ops.cast(logits, "float32"))
         ended = ops.logical_or(token == end_id, token == 0)
+        if constrained:
+            # The transforms change the distribution the scores are
+            # taken from; the masks below only remove candidates.
+            generated = prompt[:, 1:]
+            logits = constraints.transform(logits, generated, index - 1, end_id)
         if not search_scores:
             log_probs = ops.log_softmax(
                 ops.where(ended[:, None], ended_logits, logits), axis=-1
             )
         if constrained:
-            allowed = constraints.mask(logits, prompt[:, 1:], index - 1, end_id)
+            allowed = constraints.refuse(logits, generated, index - 1, end_id)
             if search_scores:
                 # The search ranks by these log-probabilities as they are
                 # (`run_sampler_loop(log_probabilities=True)`): masked ids
@@ -459,8 +465,9 @@ def check_search(
     `TextTranslator.export`, which passes them on) and returns `(request,
     count, constraints)`: the sampler's `kmodels.seq2seq.sampling.Plan`
     (every beam), `count` as an int in `[1, beams]` and the checked
-    `kmodels.seq2seq.constraints.Constraints` of `options` (the four
-    constraint arguments of `generate`). `max_length` is checked already.
+    `kmodels.seq2seq.constraints.Constraints` of `options` (the
+    constraint options of `generate`; another name is a `TypeError`).
+    `max_length` is checked already.
     """
     if sampler not in ("greedy", "beam"):
         raise ValueError(
@@ -482,13 +489,7 @@ def check_search(
         type_error=True,
     )
     limits = constraints.check(
-        options.get("length_penalty", 0.0),
-        options.get("min_length", 0),
-        options.get("no_repeat_ngram_size", 0),
-        options.get("banned_ids"),
-        max_length,
-        translator.target_vocabulary_size,
-        owner,
+        options, max_length, translator.target_vocabulary_size, owner
     )
     return request, count, limits
 

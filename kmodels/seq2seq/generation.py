@@ -41,11 +41,7 @@ class Generation:
         return_scores=False,
         temperature=None,
         seed=None,
-        length_penalty=0.0,
-        min_length=0,
-        no_repeat_ngram_size=0,
-        banned_ids=None,
-        **sampler_kwargs,
+        **options,
     ):
         """Generates target ids for a batch of context ids.
 
@@ -63,7 +59,7 @@ class Generation:
         recently used. On torch it runs eagerly. Calls from several threads
         are independent: a seeded call returns what it returns alone.
 
-        | `sampler` | keras-hub class | `**sampler_kwargs` |
+        | `sampler` | keras-hub class | sampler options |
         |---|---|---|
         | `"greedy"` | `GreedySampler` | none |
         | `"random"` | `RandomSampler` | none |
@@ -98,32 +94,44 @@ class Generation:
             seed: optional int in `[0, 2**31)`. With a seed, sampling is
                 reproducible (on a given backend); without, each call draws
                 afresh. Deterministic samplers ignore it.
-            length_penalty: finite float (default 0). A sequence's returned
-                score is its log-probability divided by `length **
-                length_penalty`, `length` counting the generated ids with
-                the end id (or `max_length` for a sequence cut there); beam
-                search returns, and `return_all_beams` orders, its beams by
-                that score. > 0 favours longer outputs, < 0 shorter ones.
-                The normalisation runs in float32: a penalty with
-                `max_length ** |length_penalty| > 1e20` (|penalty| > 11.77
-                at `max_length=50`, > 6.67 at 1000) is refused, as it would
-                turn scores into -0.0 or -inf and their order into noise.
-            min_length: int in `[0, max_length]` (default 0). Every
-                sequence has at least `min_length` generated ids, the end
-                id included: the end id is the `min_length`-th id at the
-                earliest.
-            no_repeat_ngram_size: int >= 0 (default 0: off). No n-gram of
-                that many generated ids occurs twice in a sequence.
-            banned_ids: optional flat sequence of ids in
-                `[0, target_vocabulary_size)` never generated (e.g. the
-                unknown-word id); they may not cover every id but 0.
+            **options: the sampler's arguments (table above) and the
+                decoding constraints (`docs/decoding.md`), each a
+                `kmodels.seq2seq.constraints.Processor`:
 
-                The last three only remove candidates, for every sampler:
-                scores stay the model's own log-probabilities, without
+                - `length_penalty`: finite float (default 0). A sequence's
+                  returned score is its log-probability divided by
+                  `length ** length_penalty`, `length` counting the
+                  generated ids with the end id (or `max_length` for a
+                  sequence cut there); beam search returns, and
+                  `return_all_beams` orders, its beams by that score. > 0
+                  favours longer outputs, < 0 shorter ones. A penalty with
+                  `max_length ** |length_penalty| > 1e20` (|penalty| >
+                  11.77 at `max_length=50`) is refused: float32 would turn
+                  scores into -0.0 or -inf and their order into noise.
+                - `min_length`: int in `[0, max_length]` (default 0). The
+                  end id is the `min_length`-th generated id at the
+                  earliest.
+                - `no_repeat_ngram_size`: int >= 0 (default 0: off). No
+                  n-gram of that many generated ids occurs twice.
+                - `banned_ids`: optional flat sequence of ids in
+                  `[0, target_vocabulary_size)` never generated (e.g. the
+                  unknown-word id); not every id but 0.
+                - `repetition_penalty`: finite float > 0 (default 1.0:
+                  off). The logit of every id the sequence holds already is
+                  divided by it if positive, multiplied by it otherwise
+                  (CTRL, Hugging Face); the scores are the log-probabilities
+                  of the penalised logits.
+                - `prefix`: optional flat sequence of at most `max_length`
+                  ids in `[1, target_vocabulary_size)`: the first
+                  generated ids (CTranslate2's `target_prefix`); the score
+                  sums the model's log-probabilities of them.
+
+                `min_length`, `no_repeat_ngram_size`, `banned_ids` and
+                `prefix` only remove candidates, for every sampler: scores
+                stay the model's own log-probabilities, without
                 renormalisation over the allowed ids. A sequence left with
                 no allowed id stops there (padding follows) and scores
                 `-inf`. The defaults give the unconstrained output exactly.
-            **sampler_kwargs: the sampler's arguments (table above).
 
         Returns:
             `(ids, attention)`, and `scores` last with `return_scores=True`:
@@ -145,7 +153,9 @@ class Generation:
                 `length_penalty` (see above), nested `banned_ids`, a
                 negative `min_length` or `no_repeat_ngram_size`,
                 `min_length > max_length`, banned ids out of range or
-                covering the whole vocabulary, an unknown sampler name, an
+                covering the whole vocabulary, a `repetition_penalty` <= 0
+                or non-finite, prefix ids out of range or more than
+                `max_length` of them, an unknown sampler name, an
                 unknown or out-of-range sampler argument (of a name or an
                 instance), or a temperature the sampler does not take.
 
@@ -173,14 +183,8 @@ class Generation:
         return_scores = check_bool(
             return_scores, "return_scores", owner, type_error=True
         )
-        limits = constraints.check(
-            length_penalty,
-            min_length,
-            no_repeat_ngram_size,
-            banned_ids,
-            max_length,
-            self.target_vocabulary_size,
-            owner,
+        limits, sampler_kwargs = constraints.split(
+            options, max_length, self.target_vocabulary_size, owner
         )
         request = sampling.plan(
             sampler,
@@ -260,10 +264,7 @@ class Generation:
         sampler="greedy",
         num_beams=4,
         num_return_sequences=1,
-        length_penalty=0.0,
-        min_length=0,
-        no_repeat_ngram_size=0,
-        banned_ids=None,
+        **options,
     ):
         """The n best sequences of greedy decoding or beam search, in one
         traceable loop, with `generate`'s constraints.
@@ -283,8 +284,10 @@ class Generation:
             num_beams: int >= 1, beam search's width (beam only).
             num_return_sequences: int in `[1, num_beams]` (1 for greedy),
                 the best sequences returned per row.
-            length_penalty, min_length, no_repeat_ngram_size, banned_ids:
-                as in `generate`.
+            **options: the decoding constraints of `generate`
+                (`length_penalty`, `min_length`, `no_repeat_ngram_size`,
+                `banned_ids`, `repetition_penalty`, `prefix`); another name
+                raises a `TypeError`.
 
         Returns:
             `(ids, scores)`: int32 `(batch, num_return_sequences,
@@ -311,12 +314,7 @@ class Generation:
             sampler,
             num_beams,
             num_return_sequences,
-            dict(
-                length_penalty=length_penalty,
-                min_length=min_length,
-                no_repeat_ngram_size=no_repeat_ngram_size,
-                banned_ids=banned_ids,
-            ),
+            options,
             "Translator.search_step",
         )
         if not self.built:

@@ -76,18 +76,15 @@ def translate(
     return_attention=False,
     sampler=None,
     return_scores=False,
-    length_penalty=0.0,
-    min_length=0,
-    no_repeat_ngram_size=0,
-    banned_ids=None,
-    **sampler_kwargs,
+    **options,
 ):
     """Translates sentences with a trained `Translator`.
 
     The decoding is `Translator.generate`'s, with the same arguments and
     checks: greedy by default, any sampler (`sampler="beam"`,
     `num_beams=4`...), and the constraints (`length_penalty`, `min_length`,
-    `no_repeat_ngram_size`, `banned_ids`; `docs/decoding.md`).
+    `no_repeat_ngram_size`, `banned_ids`, `repetition_penalty`, `prefix`;
+    `docs/decoding.md`).
 
     Args:
         texts: a str or a sequence of str.
@@ -106,12 +103,11 @@ def translate(
         return_scores: bool, also return each translation's score (as
             `Translator.generate`'s: the log-probability, divided by
             `length ** length_penalty`).
-        length_penalty, min_length, no_repeat_ngram_size, banned_ids: the
-            constraints of `Translator.generate`, on target ids
+        **options: the sampler's arguments (`num_beams`,
+            `return_all_beams`, `k`, `p`) and the constraints of
+            `Translator.generate`, on target ids
             (`banned_ids=[target_processor.unk_id]` never produces
-            `[UNK]`).
-        **sampler_kwargs: the sampler's arguments (`num_beams`,
-            `return_all_beams`, `k`, `p`).
+            `[UNK]`; `prefix=target_processor(...)` ids forces a start).
 
     Returns:
         A str for a str, else a list of str; with
@@ -153,26 +149,13 @@ def translate(
     _check_pairing(translator, context_processor, target_processor)
     length = target_processor.max_length if max_length is None else max_length
     # Checked here too, before any text is processed.
-    constraints.check(
-        length_penalty,
-        min_length,
-        no_repeat_ngram_size,
-        banned_ids,
-        length,
-        translator.target_vocabulary_size,
-        owner,
+    _, sampler_kwargs = constraints.split(
+        options, length, translator.target_vocabulary_size, owner
     )
     scalar = isinstance(texts, (str, bytes))
     tokens = context_processor(texts)
     options = dict(
-        sampler=sampler,
-        temperature=temperature or None,
-        seed=seed,
-        length_penalty=length_penalty,
-        min_length=min_length,
-        no_repeat_ngram_size=no_repeat_ngram_size,
-        banned_ids=banned_ids,
-        **sampler_kwargs,
+        sampler=sampler, temperature=temperature or None, seed=seed, **options
     )
     if len(tokens) == 0:
         # Checked as `generate` would, for the shapes of an empty batch.
@@ -445,10 +428,7 @@ class TextTranslator:
         sampler="greedy",
         num_beams=4,
         num_return_sequences=1,
-        length_penalty=0.0,
-        min_length=0,
-        no_repeat_ngram_size=0,
-        banned_ids=None,
+        **options,
     ):
         """Writes a TensorFlow SavedModel that translates strings with
         TensorFlow alone: no kmodels, no Keras, no Python text code.
@@ -508,8 +488,9 @@ class TextTranslator:
             num_beams: int >= 1, beam search's width.
             num_return_sequences: int in `[1, num_beams]` (1 for greedy),
                 the translations `nbest` returns per text.
-            length_penalty, min_length, no_repeat_ngram_size, banned_ids:
-                as in `Translator.generate` (target ids).
+            **options: the decoding constraints of `Translator.generate`
+                (`length_penalty`, `min_length`, `no_repeat_ngram_size`,
+                `banned_ids`, `repetition_penalty`, `prefix`; target ids).
 
         Raises:
             ValueError: a search argument `Translator.search_step` refuses
@@ -535,12 +516,6 @@ class TextTranslator:
         if max_length is not None:
             # The same check (and errors) as `translate`'s.
             max_length = sampling.check_max_length(max_length, owner)
-        options = dict(
-            length_penalty=length_penalty,
-            min_length=min_length,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            banned_ids=banned_ids,
-        )
         request, count, limits = decoding.check_search(
             self.translator,
             self.target_processor.max_length
@@ -558,10 +533,7 @@ class TextTranslator:
                 sampler=sampler,
                 num_beams=request.num_beams,
                 num_return_sequences=count,
-                length_penalty=limits.length_penalty,
-                min_length=limits.min_length,
-                no_repeat_ngram_size=limits.no_repeat_ngram_size,
-                banned_ids=list(limits.banned_ids),
+                **limits.options,
             )
         path = os.fspath(path)
         check_replaceable(path, SAVED_MODEL, "TextTranslator.export")

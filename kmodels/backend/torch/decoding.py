@@ -84,44 +84,11 @@ def decoder_step(decoder, context, context_mask):
     return step
 
 
-def _refusals(constraints, end_id, device):
-    """`refuse(logits, generated, count)`: writes `-inf` in place into the
-    `(rows, vocabulary)` `logits` at the ids `constraints` (a
-    `kmodels.seq2seq.constraints.Constraints`) refuse as the `count + 1`-th
-    generated id, given the ids generated so far (`generated[:, :count]`);
-    None when no constraint is on. The same rules as `Constraints.mask`,
-    written as indexed writes (the banned columns, the end id, the ids
-    that would repeat an n-gram) rather than a `(rows, vocabulary)` mask
-    built and applied at every step."""
-    if constraints is None or not constraints.active:
-        return None
-    # This call's values (the loop's inputs), not the loop's first ones.
-    banned, min_length, _ = constraints.values
-    banned = torch.as_tensor(banned, device=device).to(torch.bool)
-    banned = banned.nonzero().flatten()
-    min_length = int(min_length)
-    size = constraints.no_repeat_ngram_size
-    inf = float("inf")
-
-    def refuse(logits, generated, count):
-        if banned.numel():
-            logits.index_fill_(1, banned, -inf)
-        if count + 1 < min_length:
-            logits[:, end_id] = -inf
-        if size and count >= size:
-            generated = generated.long()
-            windows = count - size + 1
-            match = torch.ones(
-                (generated.shape[0], windows), dtype=torch.bool, device=device
-            )
-            for k in range(size - 1):
-                last = generated[:, count - size + 1 + k, None]
-                match &= generated[:, k : k + windows] == last
-            rows, starts = match.nonzero(as_tuple=True)
-            logits[rows, generated[rows, starts + size - 1]] = -inf
-        return logits
-
-    return refuse
+def _constrained(constraints):
+    """Whether `constraints` (a `kmodels.seq2seq.constraints.Constraints`,
+    or None) has anything on. Its processors are applied through their own
+    `keras.ops` code, on torch tensors: no second implementation here."""
+    return constraints is not None and constraints.active
 
 
 def greedy_loop(
@@ -130,7 +97,7 @@ def greedy_loop(
     step = decoder_step(decoder, context, context_mask)
     if step is None:
         return None
-    refuse = _refusals(constraints, end_id, torch.as_tensor(context).device)
+    constrained = _constrained(constraints)
     dtype = getattr(torch, decoder.compute_dtype)
     with torch.no_grad():
         batch, s = context.shape[0], context.shape[1]
@@ -144,22 +111,22 @@ def greedy_loop(
         for i in range(max_length):
             logits, state, weights = step(token, state)
             # The padding id is never generated.
-            logits[:, 0] = -1e9
-            if refuse is None:
+            logits[:, 0] = -math.inf
+            if not constrained:
                 nxt = torch.argmax(logits, dim=-1)
             else:
-                allowed = refuse(logits.clone(), ids, i)
-                allowed[:, 0] = -math.inf
+                logits = constraints.transform(logits, ids, i, end_id)
+                allowed = constraints.refuse(logits, ids, i, end_id)
                 # A row with no allowed id stops, scoring -inf.
                 dead = torch.isneginf(allowed).all(dim=-1)
                 nxt = torch.argmax(allowed, dim=-1).masked_fill(dead, 0)
             log_probs = torch.log_softmax(logits, dim=-1)
             chosen = log_probs.gather(1, nxt[:, None])[:, 0]
-            if refuse is not None:
+            if constrained:
                 chosen = chosen.masked_fill(dead, -math.inf)
             scores = torch.where(done, scores, scores + chosen)
             done = done | (nxt == end_id)
-            if refuse is not None:
+            if constrained:
                 done = done | dead
             nxt = torch.where(done, torch.zeros_like(nxt), nxt)
             ids[:, i] = nxt.to(torch.int32)
@@ -215,22 +182,26 @@ def beam_loop(
         token = torch.full((rows,), start_id, **like)
         state = torch.zeros((rows, decoder.units), dtype=dtype, device=device)
         offsets = torch.arange(batch, device=device)[:, None] * num_beams
-        refuse = _refusals(constraints, end_id, device)
-        if refuse is not None:
-            # Each beam's ids so far, reordered with the beams.
-            history = torch.zeros((rows, max_length), **like)
+        constrained = _constrained(constraints)
+        keep_history = constrained and constraints.needs_history
+        # Each beam's ids so far, reordered with the beams (when a
+        # processor reads them).
+        history = torch.zeros((rows, max_length if keep_history else 1), **like)
         steps = 0
         for i in range(max_length):
             logits, state, weights[i] = step(token, state)
             vocabulary = logits.shape[-1]
             # The padding id is never generated (probability 0).
             logits[:, 0] = -inf
+            if constrained:
+                # The transforms change the distribution scored.
+                logits = constraints.transform(logits, history, i, end_id)
             candidates = torch.log_softmax(logits, dim=-1)
-            if refuse is not None:
+            if constrained:
                 # Refused ids are removed; the others keep their
                 # log-probabilities (no renormalisation).
-                refuse(candidates, history, i)
-            candidates += scores[:, None]
+                candidates = constraints.refuse(candidates, history, i, end_id)
+            candidates = candidates + scores[:, None]
             if bool(done.any()):
                 # An ended beam (its last id the end id or padding) is one
                 # candidate, padding, at its unchanged score.
@@ -243,7 +214,7 @@ def beam_loop(
             token = (index % vocabulary).reshape(rows)
             scores = top.reshape(rows)
             state = state[parent]
-            if refuse is not None:
+            if keep_history:
                 history = history[parent]
                 history[:, i] = token
             done = done[parent] | (token == end_id) | (token == 0)
@@ -336,7 +307,7 @@ def sampling_loop(
         return None
     context = torch.as_tensor(context)
     device = context.device
-    refuse = _refusals(constraints, end_id, device)
+    constrained = _constrained(constraints)
     dtype = getattr(torch, decoder.compute_dtype)
     inf = float("inf")
     with torch.no_grad():
@@ -366,10 +337,11 @@ def sampling_loop(
             logits, state, weights = step(token, state)
             logits[:, 0] = -inf
             ended = (token == end_id) | (token == 0)
-            if refuse is None:
+            if not constrained:
                 stopped, allowed = ended, logits
             else:
-                allowed = refuse(logits.clone(), ids, i)
+                logits = constraints.transform(logits, ids, i, end_id)
+                allowed = constraints.refuse(logits, ids, i, end_id)
                 # A row with no allowed id stops: it writes padding, whose
                 # log-probability (-inf) becomes its score.
                 stopped = ended | torch.isneginf(allowed).all(dim=-1)

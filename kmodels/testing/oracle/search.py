@@ -18,11 +18,16 @@ enumerates every sequence instead.
 
 Constraints (`Translator.generate`'s, written here from their definitions,
 one sequence at a time): an id is refused when it is banned, when it is the
-end id before the `min_length`-th position, or when it would complete an
-n-gram of `no_repeat_ngram_size` ids that the sequence holds already.
-Refused ids are removed; the others keep their log-probabilities. A
-finished sequence is ranked by `score / len(sequence) ** length_penalty`
-(its ids, the end id included), which is the score returned.
+end id before the `min_length`-th position, when it would complete an
+n-gram of `no_repeat_ngram_size` ids that the sequence holds already, or
+when it is not the `prefix` id of its position (the first `len(prefix)`
+positions). Refused ids are removed; the others keep their
+log-probabilities. `repetition_penalty` (CTRL) changes the logits before
+the softmax: the logit of an id the sequence holds already is divided by
+the penalty if positive, multiplied by it otherwise, and the scores are
+those of the penalised distribution. A finished sequence is ranked by
+`score / len(sequence) ** length_penalty` (its ids, the end id included),
+which is the score returned.
 """
 
 import numpy as np
@@ -49,9 +54,10 @@ class _Row:
         self.context_mask = context_mask
         self.weights = decoder_weights
 
-    def step(self, token, state):
+    def step(self, token, state, sequence=(), repetition_penalty=1.0):
         """`(log_probs (vocab,), state (1, units), attention (s,))` after
-        feeding `token` from `state`."""
+        feeding `token` from `state`, the generated ids so far `sequence`
+        (read by the repetition penalty)."""
         logits, state, attention = seq2seq_decoder(
             self.context,
             self.context_mask,
@@ -59,11 +65,25 @@ class _Row:
             self.weights,
             state=state,
         )
-        return _log_probs(logits[0, 0]), state, attention[0, 0]
+        logits = _penalised(logits[0, 0], sequence, repetition_penalty)
+        return _log_probs(logits), state, attention[0, 0]
 
 
-def _allowed(sequence, token, end_id, min_length, no_repeat, banned):
+def _penalised(logits, sequence, penalty):
+    """CTRL's repetition penalty: each id of `sequence`'s logit divided by
+    `penalty` if positive, else multiplied by it."""
+    logits = np.asarray(logits, "float64").copy()
+    for v in set(sequence):
+        logits[v] = (
+            logits[v] / penalty if logits[v] > 0 else logits[v] * penalty
+        )
+    return logits
+
+
+def _allowed(sequence, token, end_id, min_length, no_repeat, banned, prefix=()):
     """Whether `token` may follow the generated ids `sequence` (a tuple)."""
+    if len(sequence) < len(prefix) and token != prefix[len(sequence)]:
+        return False
     if token in banned:
         return False
     if token == end_id and len(sequence) + 1 < min_length:
@@ -106,7 +126,13 @@ def _as_ids(sequence, max_length, end_id):
 
 
 def score_sequences(
-    context_tokens, ids, encoder_weights, decoder_weights, start_id, end_id
+    context_tokens,
+    ids,
+    encoder_weights,
+    decoder_weights,
+    start_id,
+    end_id,
+    repetition_penalty=1.0,
 ):
     """Teacher-forced scores and attention of given outputs.
 
@@ -117,6 +143,7 @@ def score_sequences(
             `end_id`.
         encoder_weights, decoder_weights: the oracle's weight lists.
         start_id, end_id: ints.
+        repetition_penalty: float, the penalty the scores are taken under.
 
     Returns:
         `(scores (batch,), attention (batch, max_length, s))`, attention
@@ -129,7 +156,9 @@ def score_sequences(
     for b, row in enumerate(rows):
         token, state = start_id, None
         for i in range(ids.shape[1]):
-            log_probs, state, weights = row.step(token, state)
+            log_probs, state, weights = row.step(
+                token, state, tuple(ids[b, :i]), repetition_penalty
+            )
             token = int(ids[b, i])
             if token == 0:
                 scores[b] += log_probs[end_id]
@@ -151,6 +180,8 @@ def beam_search(
     min_length=0,
     no_repeat_ngram_size=0,
     banned_ids=(),
+    repetition_penalty=1.0,
+    prefix=(),
 ):
     """Beam search; `num_beams=1` is greedy decoding (the argmax over the
     allowed ids at each step).
@@ -178,7 +209,9 @@ def beam_search(
                     candidates.append((score, sequence, state, True))
                     continue
                 token = sequence[-1] if sequence else start_id
-                log_probs, new_state, _ = row.step(token, state)
+                log_probs, new_state, _ = row.step(
+                    token, state, sequence, repetition_penalty
+                )
                 for v in range(1, log_probs.shape[0]):
                     if not _allowed(
                         sequence,
@@ -187,6 +220,7 @@ def beam_search(
                         min_length,
                         no_repeat_ngram_size,
                         banned,
+                        tuple(prefix),
                     ):
                         continue
                     candidates.append(
@@ -226,6 +260,8 @@ def exhaustive_search(
     min_length=0,
     no_repeat_ngram_size=0,
     banned_ids=(),
+    repetition_penalty=1.0,
+    prefix=(),
 ):
     """The highest-scoring sequence of each row among all sequences of at
     most `max_length` ids (ended by `end_id`, or cut at `max_length`) that
@@ -244,7 +280,9 @@ def exhaustive_search(
         best = [-np.inf, ()]
 
         def walk(sequence, token, state, score, row=row, best=best):
-            log_probs, state, _ = row.step(token, state)
+            log_probs, state, _ = row.step(
+                token, state, sequence, repetition_penalty
+            )
             for v in range(1, vocabulary):
                 if not _allowed(
                     sequence,
@@ -253,6 +291,7 @@ def exhaustive_search(
                     min_length,
                     no_repeat_ngram_size,
                     banned,
+                    tuple(prefix),
                 ):
                     continue
                 extended = sequence + (v,)
