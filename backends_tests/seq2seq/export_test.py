@@ -191,6 +191,11 @@ def test_export_serves_repetition_penalty_and_prefix(
     assert all(s.startswith("1999-") for beams in nbest for s in beams)
 
 
+@pytest.mark.cross_backend(
+    reason="the export loads the .keras file this backend saved in a "
+    "TensorFlow subprocess and serves it in another: torch's file and "
+    "translate against TensorFlow's SavedModel; the refusals run everywhere"
+)
 @pytest.mark.slow(
     reason="trains, exports, serves in a TensorFlow process (30-45 s)"
 )
@@ -250,6 +255,11 @@ def test_export_serves_translate_strings_with_tensorflow_alone(exported):
     print(f"held-out exact match {held_out:.3f}; evaluate: {scores}")
 
 
+@pytest.mark.cross_backend(
+    reason="the export loads the .keras file this backend saved in a "
+    "TensorFlow subprocess and serves it in another: torch's file and "
+    "translate against TensorFlow's SavedModel; the refusals run everywhere"
+)
 def test_export_truncates_and_maps_unknown_words_like_the_processor(
     exported,
 ):
@@ -267,6 +277,11 @@ def test_export_truncates_and_maps_unknown_words_like_the_processor(
     assert got[-2] == got[-1]
 
 
+@pytest.mark.cross_backend(
+    reason="the export loads the .keras file this backend saved in a "
+    "TensorFlow subprocess and serves it in another: torch's file and "
+    "translate against TensorFlow's SavedModel; the refusals run everywhere"
+)
 def test_export_writes_only_what_a_new_export_replaces(exported):
     # What TensorFlow writes is what `SAVED_MODEL` recognises as a previous
     # export (replaced; anything else in the folder is refused, see
@@ -275,8 +290,29 @@ def test_export_writes_only_what_a_new_export_replaces(exported):
     assert_only_a_saved_model(path)
 
 
-def test_export_refuses_bad_paths_and_unbuilt_models(exported, tmp_path):
-    bundle = exported[0]
+@pytest.fixture(scope="module")
+def small_bundle():
+    """A built, untrained date translator bundle: what the refusals of
+    `export` need, without training or exporting."""
+    train_src, train_tgt = date_split(200, 10, seed=1)[0]
+    source = TextProcessor(8, **DATE_TEXT)
+    target = TextProcessor(7, **DATE_TEXT)
+    source.adapt(train_src)
+    target.adapt(train_tgt)
+    model = Translator(
+        source.vocabulary_size,
+        target.vocabulary_size,
+        4,
+        start_id=target.start_id,
+        end_id=target.end_id,
+    )
+    y = target(train_tgt[:2])
+    model((source(train_src[:2]), y[:, :-1]))
+    return (TextTranslator(model, source, target, separator=""),)
+
+
+def test_export_refuses_bad_paths_and_unbuilt_models(small_bundle, tmp_path):
+    bundle = small_bundle[0]
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="expects a folder path"):
         bundle.export(str(tmp_path / "file"))

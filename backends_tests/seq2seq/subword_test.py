@@ -303,6 +303,10 @@ NO_WORD = ["", "  ", "日本"]
 
 
 @pytest.mark.slow(reason="exports and serves in a TensorFlow process (20-23 s)")
+@pytest.mark.cross_backend(
+    reason="the export loads the .keras file this backend saved in a "
+    "TensorFlow subprocess: torch's file against TensorFlow's SavedModel"
+)
 def test_export_spells_unseen_words_with_tensorflow_alone(
     copy_bundle, tmp_path
 ):

@@ -39,7 +39,6 @@ same random stream.
 """
 
 import keras
-import keras_hub
 import numpy as np
 from keras import ops
 
@@ -222,6 +221,8 @@ def decode(
             keep their log-probabilities), and with a length penalty the
             returned scores are normalised and the beams ranked by them.
     """
+    import keras_hub  # imported on use: not by `import kmodels`
+
     if constraints is None:
         constraints = Constraints()
     constrained = constraints.active
@@ -261,6 +262,8 @@ def _decode(
     constraints,
 ):
     """`decode` before the length penalty."""
+    import keras_hub  # imported on use: not by `import kmodels`
+
     vocabulary = model.target_vocabulary_size
     end_id = model.end_id
     context = model.encoder(tokens)

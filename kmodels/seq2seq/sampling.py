@@ -14,7 +14,6 @@ import math
 import numbers
 import random
 
-import keras_hub
 import numpy as np
 
 from kmodels.arguments import ArgumentTypeError
@@ -98,6 +97,8 @@ class Plan:
     """
 
     def __init__(self, cls, config, temperature, seed, stream):
+        import keras_hub  # imported on use: not by `import kmodels`
+
         takes_seed = "seed" in config
         config = {k: v for k, v in config.items() if k not in _INPUTS}
         beam = issubclass(cls, keras_hub.samplers.BeamSampler)
@@ -142,6 +143,8 @@ def _registered(name):
     """keras-hub's sampler called `name` (one of `NAMES`), at its defaults,
     from `keras_hub.samplers.get`: `(class, configuration, samples
     randomly)`. Resolved once per name."""
+    import keras_hub  # imported on use: not by `import kmodels`
+
     samplers = keras_hub.samplers
     try:
         # A sampler that draws takes a seed; given one, its generator draws
@@ -163,6 +166,8 @@ def plan(sampler, temperature, seed, sampler_kwargs, vocabulary_size, owner):
     A sampler instance is checked as its name is (`k`, `p`, `num_beams`,
     `return_all_beams`), and its temperature must be finite and > 0.
     """
+    import keras_hub  # imported on use: not by `import kmodels`
+
     seed = check_seed(seed, owner)
     temperature = check_temperature(temperature, owner)
     if sampler is None:
@@ -221,6 +226,8 @@ def _check_config(cls, config, vocabulary_size, where):
     arguments or an instance's configuration) and returns them. keras-hub's
     constructors take any value (`TopKSampler(k=0)` fails, or not, only
     when it runs, differently per backend)."""
+    import keras_hub  # imported on use: not by `import kmodels`
+
     samplers = keras_hub.samplers
     # The padding id is never a candidate: vocabulary_size - 1 ids remain.
     ids = vocabulary_size - 1
@@ -258,6 +265,8 @@ def _check_config(cls, config, vocabulary_size, where):
 def _instance_plan(
     sampler, temperature, seed, sampler_kwargs, vocabulary, owner
 ):
+    import keras_hub  # imported on use: not by `import kmodels`
+
     if sampler_kwargs:
         raise ValueError(
             f"{owner}: sampler arguments {sorted(sampler_kwargs)} go to the "

@@ -33,7 +33,6 @@ import copy
 import math
 
 import keras
-import keras_hub
 from keras import ops
 
 # The two-stage top-k is used when its two top-ks together see at most
@@ -148,6 +147,8 @@ def faster_sampler(sampler, vocabulary):
     >>> faster_sampler(sampler, 12) is sampler
     True
     """
+    import keras_hub  # imported on use: not by `import kmodels`
+
     if type(sampler) is not keras_hub.samplers.TopKSampler:
         return sampler
     if chunk_size(vocabulary, int(sampler.k)) is None:
@@ -193,6 +194,8 @@ def sampling_rule(sampler):
     `TopPSampler` (exactly these classes, at temperature 1: a subclass may
     draw otherwise), for `kmodels.backend.decoding.sampling_loop`; None
     for any other sampler."""
+    import keras_hub  # imported on use: not by `import kmodels`
+
     samplers = keras_hub.samplers
     if sampler.temperature != 1.0 or len(sampler.variables) != 1:
         return None
