@@ -116,6 +116,23 @@ def _serve(path, texts):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _date_translator(train_src, train_tgt, units):
+    """Two date processors adapted to the pairs and a `Translator` of
+    `units` between them."""
+    source = TextProcessor(8, **DATE_TEXT)
+    target = TextProcessor(7, **DATE_TEXT)
+    source.adapt(train_src)
+    target.adapt(train_tgt)
+    model = Translator(
+        source.vocabulary_size,
+        target.vocabulary_size,
+        units,
+        start_id=target.start_id,
+        end_id=target.end_id,
+    )
+    return source, target, model
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A small date translator trained on this backend, its export, and the
@@ -124,17 +141,7 @@ def exported(tmp_path_factory):
     (train_src, train_tgt), (test_src, test_tgt) = date_split(
         2000, HELD_OUT, seed=1
     )
-    source = TextProcessor(8, **DATE_TEXT)
-    target = TextProcessor(7, **DATE_TEXT)
-    source.adapt(train_src)
-    target.adapt(train_tgt)
-    model = Translator(
-        source.vocabulary_size,
-        target.vocabulary_size,
-        16,
-        start_id=target.start_id,
-        end_id=target.end_id,
-    )
+    source, target, model = _date_translator(train_src, train_tgt, 16)
     y = target(train_tgt)
     y_in, y_out = y[:, :-1], y[:, 1:]
     model.compile(
@@ -295,17 +302,7 @@ def small_bundle():
     """A built, untrained date translator bundle: what the refusals of
     `export` need, without training or exporting."""
     train_src, train_tgt = date_split(200, 10, seed=1)[0]
-    source = TextProcessor(8, **DATE_TEXT)
-    target = TextProcessor(7, **DATE_TEXT)
-    source.adapt(train_src)
-    target.adapt(train_tgt)
-    model = Translator(
-        source.vocabulary_size,
-        target.vocabulary_size,
-        4,
-        start_id=target.start_id,
-        end_id=target.end_id,
-    )
+    source, target, model = _date_translator(train_src, train_tgt, 4)
     y = target(train_tgt[:2])
     model((source(train_src[:2]), y[:, :-1]))
     return (TextTranslator(model, source, target, separator=""),)
