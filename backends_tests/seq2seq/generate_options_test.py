@@ -226,12 +226,9 @@ def test_keras_hubs_beam_loop_applies_the_constraints(model):
     np.testing.assert_allclose(scores[:, 0], expected_scores, **SCORE_TOL)
 
 
-def test_sampling_obeys_the_constraints_and_keeps_model_scores(model):
-    """At a high temperature the constraints are what keeps sampled rows
-    from banned ids and repeats; scores stay the model's log-probabilities
-    (not renormalised over the allowed ids), divided by the length
-    penalty."""
-    options = OPTIONS["all"]
+def _sample_hot(model, options):
+    """Eight samples of each context at temperature 5 under `options`:
+    `(context, ids, scores, sequences)`."""
     context = np.repeat(CONTEXT, 8, axis=0)
     ids, _, scores = map(
         np_,
@@ -245,7 +242,16 @@ def test_sampling_obeys_the_constraints_and_keeps_model_scores(model):
             **options,
         ),
     )
-    sequences = [_sequence(row) for row in ids]
+    return context, ids, scores, [_sequence(row) for row in ids]
+
+
+def test_sampling_obeys_the_constraints_and_keeps_model_scores(model):
+    """At a high temperature the constraints are what keeps sampled rows
+    from banned ids and repeats; scores stay the model's log-probabilities
+    (not renormalised over the allowed ids), divided by the length
+    penalty."""
+    options = OPTIONS["all"]
+    context, ids, scores, sequences = _sample_hot(model, options)
     assert all(_obeys(s, **options) for s in sequences)
     assert len(set(sequences)) >= 4  # it does sample
     forced, _ = _forced(model, context, ids)
@@ -451,20 +457,7 @@ def test_sampling_obeys_the_new_processors(model):
     """Sampled rows start with the prefix; scores are the log-probabilities
     of the penalised logits (the forced ids' too)."""
     options = PROCESSOR_OPTIONS["prefix_penalty_and_all"]
-    context = np.repeat(CONTEXT, 8, axis=0)
-    ids, _, scores = map(
-        np_,
-        model.generate(
-            context,
-            LENGTH,
-            sampler="random",
-            temperature=5.0,
-            seed=3,
-            return_scores=True,
-            **options,
-        ),
-    )
-    sequences = [_sequence(row) for row in ids]
+    context, ids, scores, sequences = _sample_hot(model, options)
     assert all(_obeys_all(s, **options) for s in sequences)
     assert len(set(sequences)) >= 2  # it does sample
     forced, _ = _forced(model, context, ids, options["repetition_penalty"])
