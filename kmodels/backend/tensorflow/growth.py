@@ -97,7 +97,7 @@ def grow_in_place(layer, capacity):
         storage = keras_internals.variable_storage(variable)
         fresh = reserve.fresh_rows(layer, variable, old, rows)
         fresh = tf.constant(fresh[: capacity - old], dtype=storage.dtype)
-        storage.assign(tf.concat([storage, fresh], 0))
+        storage.assign(tf.concat([storage.read_value_no_copy(), fresh], 0))
         shape = (capacity, *tuple(variable.shape)[1:])
         keras_internals.set_variable_shape(variable, shape)
     return True
