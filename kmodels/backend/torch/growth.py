@@ -46,7 +46,9 @@ def grow_in_place(layer, capacity):
             data = torch.cat([data, fresh.to(data.dtype)])
         view = data.new_empty(0)
         shape = (capacity, *data.shape[1:])
-        view.set_(data.untyped_storage(), data.storage_offset(), shape, data.stride())
+        view.set_(
+            data.untyped_storage(), data.storage_offset(), shape, data.stride()
+        )
         parameter.data = view
         keras_internals.set_variable_shape(variable, shape)
     return True
