@@ -1,10 +1,11 @@
 """GrowableEmbedding's reserve on every backend: a growth within it inside
-`fit` traces nothing again and, on JAX, writes no trainer state back (a
-value update); the rows, slots and `trained_at` equal a pre-sized table's
-after it."""
+`fit` traces nothing again, draws no row and, on JAX, writes no trainer
+state back (a value update), on torch copies nothing; the rows, slots and
+`trained_at` equal a pre-sized table's after it."""
 
 import keras
 import numpy as np
+import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
@@ -110,3 +111,65 @@ def test_growth_within_the_reserve_is_a_value_update():
     # The rows the batches trained, and only those, carry a step.
     trained = np.flatnonzero(_state(table)[-1][:, 0])
     np.testing.assert_array_equal(trained, np.unique(IDS))
+
+
+def test_fresh_rows_are_drawn_once_per_reserve():
+    # Every backend draws the values of new rows once per reserve, up to
+    # its end, and never for a growth within it: 8 sets a reserve of 32
+    # rows (4x), 16 and 32 fit, 64 sets the next (16x: 1024).
+    table = GrowableEmbedding(2, initial_capacity=4, optimizer="adam", seed=3)
+    drawn = []
+    fresh_rows = table.fresh_rows
+
+    def spy(variable, start, stop):
+        if variable is table.embeddings:
+            drawn.append(stop)
+        return fresh_rows(variable, start, stop)
+
+    table.fresh_rows = spy
+    model = _counting_model(table, {"traces": 0, "syncs": 0})
+    model.fit(
+        IDS,
+        np.ones((len(IDS), 1), "float32"),
+        batch_size=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth()],
+    )
+    assert table.capacity == 64
+    assert drawn == [32, 1024]
+
+
+def test_torch_growth_within_the_reserve_copies_nothing():
+    # torch: the table, its slots and `trained_at` view the first rows of
+    # one buffer per reserve; a growth within it is a longer view (the
+    # same memory), and the variables read exactly the logical rows.
+    if keras.backend.backend() != "torch":
+        pytest.skip("torch's buffers (JAX: test above; TensorFlow copies)")
+    table = GrowableEmbedding(2, initial_capacity=4, optimizer="adam", seed=3)
+    model = _counting_model(table, {"traces": 0, "syncs": 0})
+    pointers = []
+
+    class Pointers(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pointers.append(
+                [v.value.data_ptr() for v in table.updated_slots]
+                + [table.embeddings.value.data_ptr(), table.capacity]
+            )
+
+    model.fit(
+        IDS,
+        np.ones((len(IDS), 1), "float32"),
+        batch_size=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[EmbeddingGrowth(), Pointers()],
+    )
+    # Batches 1-3: 8, 16, 32 rows in the buffer of 32; batch 4: 64 rows.
+    assert [p[-1] for p in pointers] == [4, 8, 16, 32, 64]
+    assert pointers[1][:-1] == pointers[2][:-1] == pointers[3][:-1]
+    assert all(a != b for a, b in zip(pointers[3][:-1], pointers[4][:-1]))
+    store = {}
+    table.save_own_variables(store)
+    assert store["embeddings"].shape == (64, 2)
+    assert {w.shape[0] for w in table.get_weights() if w.ndim} == {64}

@@ -32,7 +32,9 @@ functions below:
   and torch do not define), its padding rows holding the values fresh rows
   start from, so that a growth within it keeps the compiled step and
   changes values only (`reserve_growth`, `grow_in_place`): no state is
-  written back, no row copied, nothing traced.
+  written back, no row copied, nothing traced. torch keeps the reserve in
+  the variables' buffers; TensorFlow, whose `variable.value` is the whole
+  `tf.Variable`, only its fresh rows (`grow_in_place`).
 
 The backend never imports `kmodels.growable`: what it needs from a table it
 reaches through the layer object it is given. `sparse_lookup(layer, ...)`
@@ -200,10 +202,13 @@ def capacity_of(variable):
 
 def grow_in_place(layer, capacity):
     """Grows `layer`'s table, slots and `trained_at` to `capacity` rows
-    by values only, when the compiled step already holds those rows with
-    their fresh values (JAX, within the reserve, while the growth hook
-    runs a `reserve_growth`): returns True, and nothing is copied or
-    traced. False elsewhere: the caller appends the rows."""
+    through the table's reserve (`kmodels.backend.common.reserve`) under
+    `EmbeddingGrowth`, and returns True: JAX, within the reserve while the
+    growth hook runs a `reserve_growth`, changes the row count only (the
+    step holds the rows); torch makes the variables longer views of their
+    reserve buffers (a new buffer past it); TensorFlow appends on the
+    device fresh rows drawn once per reserve. False otherwise: the caller
+    appends the rows."""
     grow = native_function("growth", "grow_in_place")
     return False if grow is None else grow(layer, capacity)
 

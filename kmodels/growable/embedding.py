@@ -446,7 +446,7 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
                 f"GrowableEmbedding '{self.name}' cannot grow to {capacity} "
                 f"rows: max_capacity={limit}."
             )
-        # JAX within the reserve: the step holds the rows already.
+        # Under EmbeddingGrowth: through the table's reserve.
         if not growth_backend.grow_in_place(self, capacity):
             growth_backend.append_rows(
                 self.embeddings, self._initial_rows(old, capacity)
@@ -461,8 +461,9 @@ class GrowableEmbedding(Publishing, keras.layers.Layer):
         """The values rows `start..stop-1` of `variable` (the table, a
         slot in use or `trained_at`) hold when the table grows to them:
         the row initializer's, the slot's initial value, zeros. A NumPy
-        array. On JAX the compiled step holds a table's reserve with these
-        values, so a growth within it changes no value.
+        array. Under `EmbeddingGrowth` a table's reserve holds these
+        values (JAX: the compiled step's state; torch: the variables'
+        buffers), so a growth within it copies no row.
 
         Example:
 

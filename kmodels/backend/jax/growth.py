@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from kmodels.backend import keras_internals
+from kmodels.backend.common import reserve
 from kmodels.backend.jax import keras_internals as jax_internals
 
 
@@ -155,25 +156,14 @@ def capacity_of(variable):
 
 # ---------------------------------------------------- padded train state
 # Under `EmbeddingGrowth`, the jitted train step receives each table and
-# its slots padded to `compiled_rows(layer)`, a reserve of
-# `min(growth_factor ** 2, 4)` times the capacity set at a growth: the next
-# growths fit in it and keep the compiled step (no retrace, no XLA
+# its slots padded to `compiled_rows(layer)`, the table's reserve
+# (`kmodels.backend.common.reserve`, set at a growth): the next growths
+# fit in it and keep the compiled step (no retrace, no XLA
 # compilation). The model's variables keep the logical capacity: the
 # padding lives only in the state Keras' trainer passes from step to step
 # during an epoch, and is cut off whenever that state is written back
 # (`padded_state_scope`). No id reaches a padding row: the hook grew the
 # table for every id of the batch before the step.
-
-
-# The reserve a growth past the last one sets, as a multiple of the
-# capacity: `min(growth_factor ** 2, RESERVE_LIMIT)` (two more growths),
-# raised to the power `k` at a table's `k`-th reserve, so that a table that
-# keeps outgrowing its reserve (a stream) recompiles a logarithmic number
-# of times in its final size: 4x, 16x, 64x... As long as the padded table
-# stays within RESERVE_BYTES; past that, the reserve stays at the first
-# multiple (memory).
-RESERVE_LIMIT = 4.0
-RESERVE_BYTES = 64 * 2**20
 
 
 def _paddable(layer):
@@ -200,27 +190,8 @@ def compiled_rows(layer):
         # costs nothing.
         rows = capacity
     elif rows < capacity:
-        rows = _new_reserve(layer, capacity)
+        rows = reserve.next_reserve(layer, capacity)
     layer.__dict__["_kmodels_compiled_rows"] = rows
-    return rows
-
-
-def _new_reserve(layer, capacity):
-    """The rows of `layer`'s next reserve, from its `capacity`."""
-    count = layer.__dict__.get("_kmodels_reserves", 0) + 1
-    layer.__dict__["_kmodels_reserves"] = count
-    factor = min(float(layer.growth_factor) ** 2, RESERVE_LIMIT)
-    rows = int(math.ceil(capacity * factor))
-    row_bytes = layer.output_dim * np.dtype(layer.variable_dtype).itemsize
-    budget = max(rows, RESERVE_BYTES // max(row_bytes, 1))
-    rows = min(int(math.ceil(capacity * factor**count)), budget)
-    limit = layer.row_limit
-    if limit is not None:
-        # A table with a row limit (`max_capacity`, a bounded key index)
-        # reserves up to it when that fits the budget: it never compiles
-        # again.
-        limit = max(int(limit), capacity)
-        rows = limit if limit <= budget else min(rows, limit)
     return rows
 
 
@@ -234,20 +205,9 @@ def _refresh_reserves(tables, changed):
         if layer in changed or rows is None or not _paddable(layer):
             continue
         if 2 * layer.capacity > rows:
-            layer.__dict__["_kmodels_compiled_rows"] = _new_reserve(
+            layer.__dict__["_kmodels_compiled_rows"] = reserve.next_reserve(
                 layer, layer.capacity
             )
-
-
-def _padded_variables(layer):
-    """The table, the slots in use (those with a row per id) and
-    `trained_at`."""
-    capacity = layer.capacity
-    return [
-        v
-        for v in (layer.embeddings, *layer.slot_variables, layer.trained_at)
-        if int(v.shape[0]) == capacity
-    ]
 
 
 def pad_step_state(step, tables):
@@ -270,7 +230,7 @@ def pad_step_state(step, tables):
         capacity = layer.capacity
         if rows <= capacity:
             continue
-        variables = _padded_variables(layer)
+        variables = reserve.grown_variables(layer)
         # Keras checks the values a step gets against the variables'
         # shapes: they read padded until the state is written back.
         layer.__dict__["_kmodels_padding"] = (capacity, variables)
@@ -294,24 +254,9 @@ def _pad_state_values(step, padded):
         value = trainable[i]
         if rows is None or value.shape[0] >= rows:
             continue
-        fresh = _fresh_rows(layer, variable, int(value.shape[0]), rows)
+        fresh = reserve.fresh_rows(layer, variable, int(value.shape[0]), rows)
         trainable[i] = _resized(value, rows, fresh)
     step.state = (trainable, *step.state[1:])
-
-
-def _fresh_rows(layer, variable, start, stop):
-    """`layer.fresh_rows(variable, start, stop)`, kept for the next
-    padding up to `stop` (each `fit` pads the state again; after a growth
-    within the reserve the padding is a tail of the last one)."""
-    cache = layer.__dict__.setdefault("_kmodels_fresh_rows", {})
-    key = (variable.path, stop)
-    cached = cache.get(key)
-    if cached is None or cached[0] > start:
-        if len(cache) > 16:
-            cache.clear()
-        cached = cache[key] = (start, layer.fresh_rows(variable, start, stop))
-    first, rows = cached
-    return rows[start - first :]
 
 
 # The variables a growth within the reserve is running for
@@ -320,7 +265,7 @@ _IN_RESERVE = {}
 
 
 def grow_in_place(layer, capacity):
-    variables = _padded_variables(layer)
+    variables = reserve.grown_variables(layer)
     if not variables or not all(id(v) in _IN_RESERVE for v in variables):
         return False
     # The step's state holds the rows with their fresh values already
@@ -347,7 +292,7 @@ def reserve_growth(step, plan):
     padded = {}
     for layer in plan:
         rows = compiled_rows(layer)
-        for variable in _padded_variables(layer):
+        for variable in reserve.grown_variables(layer):
             padded[id(variable)] = (layer, rows)
     # The state holds the rows the growth reaches, with their fresh values
     # (the padding); the variables' shapes say how many are the table's.

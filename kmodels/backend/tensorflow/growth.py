@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from kmodels.backend import keras_internals
+from kmodels.backend.common import reserve
 
 
 def make_resizable(variable):
@@ -76,6 +77,30 @@ def resize_variable(variable, value):
 def append_rows(variable, rows):
     table = keras.ops.convert_to_numpy(variable.value)
     resize_variable(variable, np.concatenate([table, rows]))
+
+
+def grow_in_place(layer, capacity):
+    # Under EmbeddingGrowth (one device): the fresh rows of the table's
+    # reserve are drawn once, and a growth within it appends a slice of
+    # them on the device (no copy through the host).
+    storage = keras_internals.variable_storage(layer.embeddings)
+    if not layer.managed_growth or tf.distribute.has_strategy():
+        return False
+    if isinstance(storage, tf.distribute.DistributedValues):
+        return False
+    old = layer.capacity
+    rows = layer.__dict__.get("_kmodels_reserve_rows", 0)
+    if rows < capacity:
+        rows = reserve.next_reserve(layer, capacity)
+        layer.__dict__["_kmodels_reserve_rows"] = rows
+    for variable in reserve.grown_variables(layer):
+        storage = keras_internals.variable_storage(variable)
+        fresh = reserve.fresh_rows(layer, variable, old, rows)
+        fresh = tf.constant(fresh[: capacity - old], dtype=storage.dtype)
+        storage.assign(tf.concat([storage.read_value_no_copy(), fresh], 0))
+        shape = (capacity, *tuple(variable.shape)[1:])
+        keras_internals.set_variable_shape(variable, shape)
+    return True
 
 
 def write_rows(variable, rows, values):
