@@ -86,46 +86,82 @@ def _one_thread(call):
     return run
 
 
+def _not_adapted(call):
+    """`call()` with kmodels' choice of threads from the free cores off
+    (`kmodels.seq2seq.adapt_threads_to_load(False)`): torch's own default
+    count, as before issue 44."""
+    adapt = require("kmodels.seq2seq", "adapt_threads_to_load")
+
+    def run():
+        previous = adapt(False)
+        try:
+            return call()
+        finally:
+            adapt(previous)
+
+    return run
+
+
+ARMS = ("default", "one_thread", "torch_default")
+
+
 def torch_busy_threads(sizes, timing):
     """One `fit` epoch of the dates-sized `Translator` with a CPU hog per
-    core (`cpu_hogs`), torch's default threads (whatever kmodels does by
-    default) against `torch.set_num_threads(1)`, in pairs whose order
-    swaps every pair (AB BA ...). `median_ms` and its spread are the
-    default epoch's; `one_thread_ms` the one-thread median;
-    `thread_ratio` the median of the per-pair ratios default / one
+    core (`cpu_hogs`), in rounds of three arms whose order rotates every
+    round: kmodels' default (`default`), `torch.set_num_threads(1)`
+    (`one_thread`, the user's fix) and torch's own default count with
+    kmodels' choice of threads off (`torch_default`, the code before
+    issue 44). `median_ms` and its spread are the default arm's epochs;
+    `thread_ratio` the median of the per-round ratios default / one
     thread (issue 44's target: at most 1.5), with `thread_ratio_min` /
-    `_max` and every pair in `pairs`. `idle_ratio` is the same ratio on
-    the machine without the hogs (one pair after the hogs stop), and
-    `threads` torch's default count."""
+    `_max`; `torch_default_ratio` the same for torch's default / one
+    thread; every round in `rounds`. `no_hog_ratio` is default / one
+    thread in one round after the hogs stop (the machine's other load
+    remains), `threads` torch's count."""
     import torch
 
     default = _dates_fit(sizes)
-    one = _one_thread(default)
+    arms = {
+        "default": default,
+        "one_thread": _one_thread(default),
+        "torch_default": _not_adapted(default),
+    }
     for _ in range(timing["warmup"]):
-        default()
-        one()
+        for name in ARMS:
+            arms[name]()
     cores = len(os.sched_getaffinity(0))
-    pairs = []
+    rounds = []
     with cpu_hogs(cores):
         for i in range(sizes["pairs"]):
-            if i % 2 == 0:
-                a, b = default(), one()
-            else:
-                b, a = one(), default()
-            pairs.append(
-                {"default_ms": a * 1e3, "one_thread_ms": b * 1e3, "ratio": a / b}
+            order = ARMS[i % 3 :] + ARMS[: i % 3]
+            seconds = {name: arms[name]() for name in order}
+            one = seconds["one_thread"]
+            rounds.append(
+                {f"{name}_ms": seconds[name] * 1e3 for name in ARMS}
+                | {
+                    "order": list(order),
+                    "ratio": seconds["default"] / one,
+                    "torch_default_ratio": seconds["torch_default"] / one,
+                }
             )
-    idle_one = one()
-    idle_default = default()
-    ratios = [p["ratio"] for p in pairs]
-    result = summarize([p["default_ms"] / 1e3 for p in pairs])
+    no_hog_one = arms["one_thread"]()
+    no_hog_default = default()
+    ratios = [r["ratio"] for r in rounds]
+    untuned = [r["torch_default_ratio"] for r in rounds]
+    result = summarize([r["default_ms"] / 1e3 for r in rounds])
     result.update(
-        one_thread_ms=statistics.median(p["one_thread_ms"] for p in pairs),
+        one_thread_ms=statistics.median(r["one_thread_ms"] for r in rounds),
+        torch_default_ms=statistics.median(
+            r["torch_default_ms"] for r in rounds
+        ),
         thread_ratio=statistics.median(ratios),
         thread_ratio_min=min(ratios),
         thread_ratio_max=max(ratios),
-        pairs=pairs,
-        idle_ratio=idle_default / idle_one,
+        torch_default_ratio=statistics.median(untuned),
+        torch_default_ratio_min=min(untuned),
+        torch_default_ratio_max=max(untuned),
+        rounds=rounds,
+        no_hog_ratio=no_hog_default / no_hog_one,
         hogs=cores,
         threads=torch.get_num_threads(),
         batches=sizes["batches"],

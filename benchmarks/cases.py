@@ -121,7 +121,7 @@ FULL_SIZES = {
         "vocabulary": 236,
         "target_vocabulary": 136,
         "units": 64,
-        "batches": 8,
+        "batches": 4,
         "pairs": 6,
     },
     "gradient_flow": {
@@ -379,8 +379,8 @@ CASES = (
     # Issue 44: torch's threads under a CPU hog per core; torch only (the
     # thread count is torch's own setting).
     Case("torch_busy_threads", "torch on a busy machine (CPU hog per core)",
-         "fit epoch, default threads vs torch.set_num_threads(1) "
-         "(alternated)", ("torch",),
+         "fit epoch: kmodels default, torch.set_num_threads(1), torch's "
+         "default (alternated)", ("torch",),
          "benchmarks.busy:torch_busy_threads", "torch_busy"),
     Case("dates_float32", DATES_WORKLOAD, "float32 (the demo as shipped)",
          _K, "benchmarks.dates:dates_float32", "dates", "exact match",
