@@ -23,8 +23,7 @@ def cpu_hogs(count):
     """Runs `count` processes that each spin one core until the block
     ends; they are killed (by their own ids) on the way out."""
     hogs = [
-        subprocess.Popen([sys.executable, "-c", HOG_CODE])
-        for _ in range(count)
+        subprocess.Popen([sys.executable, "-c", HOG_CODE]) for _ in range(count)
     ]
     try:
         time.sleep(0.5)  # let them reach their loops

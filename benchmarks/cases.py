@@ -206,8 +206,8 @@ QUICK_SIZES = {
         "vocabulary": 40,
         "target_vocabulary": 30,
         "units": 8,
-        "batches": 2,
-        "pairs": 2,
+        "batches": 1,
+        "pairs": 1,
     },
     "gradient_flow": {
         "batch": 2,
