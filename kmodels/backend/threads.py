@@ -109,7 +109,7 @@ def free_core_threads():
     the previous count restored after (see the module's docstring). It
     yields the count chosen, or None where it changed nothing (always on
     TensorFlow and JAX)."""
-    scope = native_function("threads", "free_core_threads")
+    scope = native_function("threads", "free_core_scope")
     if scope is None or not _SETTINGS["adaptive"]:
         return contextlib.nullcontext(None)
     return scope(_choose)

@@ -23,7 +23,10 @@ def _user_chose_threads():
 
 
 @contextlib.contextmanager
-def free_core_threads(choose):
+def free_core_scope(choose):
+    """torch's count set to `choose(current)` inside the block and put
+    back after it, unless the user chose the count; yields the count set,
+    or None where it changed nothing."""
     current = torch.get_num_threads()
     if _user_chose_threads():
         yield None
