@@ -194,6 +194,32 @@ def test_a_thread_variable_the_user_set_stands(
     assert seen == [torch_count] * 2
 
 
+@ONLY_TORCH
+@pytest.mark.parametrize("policy", ["PASSIVE", "passive"])
+def test_openmps_passive_wait_keeps_torchs_count(
+    monkeypatch, chosen, translator, translator_data, torch_count, policy
+):
+    # Sleeping threads do not spin: torch's count stands.
+    _busy(monkeypatch, elsewhere=2)
+    monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    seen = _fit(translator, translator_data)
+    assert chosen == [None]
+    assert seen == [torch_count] * 2
+
+
+@ONLY_TORCH
+def test_openmps_active_wait_still_runs_on_the_free_cores(
+    monkeypatch, chosen, translator, translator_data, torch_count
+):
+    _busy(monkeypatch, elsewhere=2)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    seen = _fit(translator, translator_data)
+    expected = 1 if torch_count > 1 else torch_count
+    assert chosen == [1 if torch_count > 1 else None]
+    assert seen == [expected] * 2
+    assert _torch_threads() == torch_count
+
+
 def test_the_knob_turns_it_off_and_returns_the_previous_setting(
     monkeypatch, chosen, translator, translator_data, torch_count
 ):

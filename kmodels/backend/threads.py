@@ -10,7 +10,8 @@ torch, it sets the count to the cores no other process is running on
 (`threads_for`), at least one and at most the count already set, and
 puts the count back when the call returns. It changes nothing where the
 user chose the count (`torch.set_num_threads` after kmodels was imported,
-or `OMP_NUM_THREADS` / `MKL_NUM_THREADS`), where the machine cannot tell
+or `OMP_NUM_THREADS` / `MKL_NUM_THREADS`), under `OMP_WAIT_POLICY=PASSIVE`
+(sleeping threads do not spin), where the machine cannot tell
 how busy it is (no `/proc`), after `set_adaptive(False)`, and on
 TensorFlow and JAX (the facade's default: their thread pools are theirs
 to size).

@@ -19,8 +19,9 @@ def adapt_threads_to_load(enabled=True):
     with torch's default two threads than with one (`docs/reliability.md`
     has the numbers). A count the user chose stands: one set with
     `torch.set_num_threads` after `import kmodels`, or by
-    `OMP_NUM_THREADS` / `MKL_NUM_THREADS`. A no-op on TensorFlow and JAX,
-    and where `/proc` is missing (not Linux).
+    `OMP_NUM_THREADS` / `MKL_NUM_THREADS`; so does torch's count under
+    `OMP_WAIT_POLICY=PASSIVE` (its threads sleep instead of spinning). A
+    no-op on TensorFlow and JAX, and where `/proc` is missing (not Linux).
 
     Args:
         enabled: bool. `False` keeps torch's count as it is in every call.
