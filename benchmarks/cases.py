@@ -113,6 +113,17 @@ FULL_SIZES = {
         "pairs": 3,
     },
     # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
+    # Issue 44: one `fit` epoch of `batches` dates-demo batches beside a
+    # CPU hog per core, default threads against one (`benchmarks.busy`).
+    "torch_busy": {
+        "batch": 256,
+        "source_length": 8,
+        "vocabulary": 236,
+        "target_vocabulary": 136,
+        "units": 64,
+        "batches": 4,
+        "pairs": 6,
+    },
     "gradient_flow": {
         "batch": 32,
         "length": 32,
@@ -187,6 +198,15 @@ QUICK_SIZES = {
         "batch": 50,
         "dim": 4,
         "initial_capacity": 16,
+        "pairs": 1,
+    },
+    "torch_busy": {
+        "batch": 4,
+        "source_length": 8,
+        "vocabulary": 40,
+        "target_vocabulary": 30,
+        "units": 8,
+        "batches": 1,
         "pairs": 1,
     },
     "gradient_flow": {
@@ -356,6 +376,12 @@ CASES = (
     Case("gradient_flow_check", "GradientFlowCheck overhead (issue 32)",
          "fit with GradientFlowCheck(every_n_steps=100) (alternated)", _K,
          "benchmarks.gradient_flow:monitor_overhead", "gradient_flow"),
+    # Issue 44: torch's threads under a CPU hog per core; torch only (the
+    # thread count is torch's own setting).
+    Case("torch_busy_threads", "torch on a busy machine (CPU hog per core)",
+         "fit epoch: kmodels default, torch.set_num_threads(1), torch's "
+         "default (alternated)", ("torch",),
+         "benchmarks.busy:torch_busy_threads", "torch_busy"),
     Case("dates_float32", DATES_WORKLOAD, "float32 (the demo as shipped)",
          _K, "benchmarks.dates:dates_float32", "dates", "exact match",
          opt_in=True),

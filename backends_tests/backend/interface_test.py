@@ -37,6 +37,7 @@ MODULES = {
     "rnn",
     "steps",
     "table_replicas",
+    "threads",
     "virtual_devices",
 }
 # Not part of the interface: the Keras internals kmodels reads, in one

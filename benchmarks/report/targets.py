@@ -315,7 +315,50 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
     rows += _keys_targets(table, backends)
     rows += _mixed_precision_targets(table, backends)
     rows += _growth_targets(table, backends)
+    rows += _busy_targets(table, backends)
     return rows
+
+
+# Issue 44: beside a CPU hog per core, a torch `fit` epoch with kmodels'
+# default thread count at most this many times one with one thread.
+BUSY_THREADS_GOAL = 1.5
+
+
+def _busy_targets(table, backends):
+    """Issue 44: `thread_ratio` of the `torch_busy_threads` case (kmodels'
+    default / `torch.set_num_threads(1)`, median of rounds alternated in
+    one process), and for the record torch's own default count /
+    one thread (`torch_default_ratio`, the code before the issue)."""
+    if "torch" not in backends:
+        return []
+    record = table.get(("torch_busy_threads", "torch")) or {}
+    ok = record.get("status") == "ok"
+    spread = ""
+    if ok:
+        spread = (
+            f"median of {len(record['rounds'])} rounds, "
+            f"{record['thread_ratio_min']:.2f}-"
+            f"{record['thread_ratio_max']:.2f}"
+        )
+    return [
+        _target(
+            "torch under a CPU hog per core: default / one thread",
+            "torch",
+            record.get("thread_ratio") if ok else None,
+            BUSY_THREADS_GOAL,
+            "<=",
+            note=spread,
+        ),
+        _target(
+            "torch under a CPU hog per core: torch's default / one thread",
+            "torch",
+            record.get("torch_default_ratio") if ok else None,
+            None,
+            "<=",
+            binding=False,
+            note="kmodels' choice of threads off (before issue 44)",
+        ),
+    ]
 
 
 # Issue 29: a growth event inside `fit` costs at most this above a step.

@@ -5,6 +5,7 @@ from kmodels.seq2seq.autoencoder import Autoencoder
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.free_cores import adapt_threads_to_load
 from kmodels.seq2seq.losses import MaskedLoss
 from kmodels.seq2seq.losses import masked_acc
 from kmodels.seq2seq.losses import masked_loss
@@ -21,6 +22,7 @@ __all__ = [
     "TextProcessor",
     "TextTranslator",
     "Translator",
+    "adapt_threads_to_load",
     "masked_acc",
     "masked_loss",
 ]

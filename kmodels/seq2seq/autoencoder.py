@@ -11,13 +11,19 @@ from kmodels.layers.sublayers import finish_build
 from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.free_cores import FreeCoreThreads
 from kmodels.seq2seq.masking import without_mask
 from kmodels.seq2seq.xla_by_default import XLAByDefault
 
 
 @keras.saving.register_keras_serializable(package="kmodels")
 class Autoencoder(
-    CheckedEagerCall, ContractModel, SavingModel, XLAByDefault, keras.Model
+    CheckedEagerCall,
+    FreeCoreThreads,
+    ContractModel,
+    SavingModel,
+    XLAByDefault,
+    keras.Model,
 ):
     """An `Encoder` plus `Dense(vocabulary_size)`: logits for the input ids.
 

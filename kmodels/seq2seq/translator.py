@@ -30,6 +30,7 @@ from kmodels.seq2seq.decoder import Decoder
 from kmodels.seq2seq.eager_cache import CheckedEagerCall
 from kmodels.seq2seq.eager_cache import LRUCache
 from kmodels.seq2seq.encoder import Encoder
+from kmodels.seq2seq.free_cores import FreeCoreThreads
 from kmodels.seq2seq.fused_loss import fused_masked_loss
 from kmodels.seq2seq.generation import Generation
 from kmodels.seq2seq.gru import check_fast_gru
@@ -63,6 +64,7 @@ def _asks_features(inputs):
 class Translator(
     Generation,
     CheckedEagerCall,
+    FreeCoreThreads,
     ContractModel,
     SavingModel,
     XLAByDefault,

@@ -10,3 +10,4 @@ from kmodels.backend.torch import optimizers
 from kmodels.backend.torch import rnn
 from kmodels.backend.torch import steps
 from kmodels.backend.torch import table_replicas
+from kmodels.backend.torch import threads
