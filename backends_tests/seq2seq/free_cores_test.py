@@ -262,3 +262,47 @@ def test_the_knob_refuses_a_non_bool():
         r"got 'yes' of type str\.",
     ):
         kmodels.seq2seq.adapt_threads_to_load("yes")
+
+
+@ONLY_TORCH
+def test_two_threads_share_one_count_and_the_last_puts_it_back(
+    monkeypatch, torch_count
+):
+    """Two threads' entry points at once: torch's count is the process's,
+    so the second joins the first one's count, and the count goes back
+    only when the last returns (not when the first does)."""
+    import threading
+
+    import torch
+
+    from kmodels.backend.torch import threads as torch_threads
+
+    for name in (*torch_threads.THREAD_VARIABLES, torch_threads.WAIT_POLICY):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch_threads, "IMPORTED_THREADS", 2)
+    torch.set_num_threads(2)
+    both_in, first_out = threading.Barrier(2), threading.Event()
+    seen = {}
+
+    def first():
+        with torch_threads.free_core_scope(lambda current: 1) as value:
+            seen["first"] = value
+            both_in.wait()
+        first_out.set()
+
+    def second():
+        with torch_threads.free_core_scope(lambda current: 1) as value:
+            seen["second"] = value
+            both_in.wait()
+            first_out.wait()
+            seen["after_first"] = torch.get_num_threads()
+
+    workers = [threading.Thread(target=f) for f in (first, second)]
+    workers[0].start()
+    while "first" not in seen:
+        pass
+    workers[1].start()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert seen == {"first": 1, "second": 1, "after_first": 1}
+    assert torch.get_num_threads() == 2

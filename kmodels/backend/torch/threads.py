@@ -3,6 +3,7 @@ on a busy machine (`kmodels.backend.threads`)."""
 
 import contextlib
 import os
+import threading
 
 import torch
 
@@ -29,21 +30,41 @@ def _user_chose_threads():
     return torch.get_num_threads() != IMPORTED_THREADS
 
 
+# The entry points running now inside a changed count, and the count to
+# put back when the last of them returns: torch's count is the process's,
+# so two threads' calls share one change instead of undoing each other's.
+_SCOPE = {"depth": 0, "restore": None}
+_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def free_core_scope(choose):
     """torch's count set to `choose(current)` inside the block and put
     back after it, unless the user chose the count; yields the count set,
-    or None where it changed nothing."""
-    current = torch.get_num_threads()
-    if _user_chose_threads():
+    or None where it changed nothing. Calls from several threads at once
+    share the first one's count; the last to return puts it back."""
+    with _LOCK:
+        if _SCOPE["depth"]:
+            _SCOPE["depth"] += 1
+            chosen = torch.get_num_threads()
+        else:
+            current = torch.get_num_threads()
+            if _user_chose_threads():
+                chosen = None
+            else:
+                chosen = choose(current)
+                if chosen == current:
+                    chosen = None
+            if chosen is not None:
+                torch.set_num_threads(chosen)
+                _SCOPE.update(depth=1, restore=current)
+    if chosen is None:
         yield None
         return
-    chosen = choose(current)
-    if chosen == current:
-        yield None
-        return
-    torch.set_num_threads(chosen)
     try:
         yield chosen
     finally:
-        torch.set_num_threads(current)
+        with _LOCK:
+            _SCOPE["depth"] -= 1
+            if not _SCOPE["depth"]:
+                torch.set_num_threads(_SCOPE["restore"])
