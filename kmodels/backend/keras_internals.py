@@ -226,6 +226,20 @@ class BuildWithoutData:
             data_batch = self._batch_spec()
         return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
 
+    def _build_before_tracing(self):
+        """Builds the model, loss, metrics and optimizer from
+        `_batch_spec()` before a step function is first traced.
+
+        Without a distribution strategy, TensorFlow's trainer leaves that
+        build to the first trace of the step (Keras 3.15
+        `_maybe_symbolic_build`); `tf.function`, seeing variables created
+        there, traces the step a second time: two traces of the whole train
+        step on a model's first `fit`. Built first, it is traced once. JAX
+        and torch build in `fit` already: a no-op there."""
+        spec = self._batch_spec()
+        if spec is not None:
+            self._symbolic_build(data_batch=spec)
+
 
 def get_keras_mask(x):
     """The Keras mask tensor `x` carries, or `None`. Keras attaches masks

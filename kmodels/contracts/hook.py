@@ -231,11 +231,13 @@ class ContractModel(keras_internals.BuildWithoutData):
         self.check_batch(x, y, training)
 
     def make_train_function(self, force=False):
+        self._build_before_tracing()
         super().make_train_function(force)
         install_step_hook(self, "train")
         return self.train_function
 
     def make_test_function(self, force=False):
+        self._build_before_tracing()
         super().make_test_function(force)
         install_step_hook(self, "test")
         return self.test_function
