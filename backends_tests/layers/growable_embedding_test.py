@@ -114,6 +114,66 @@ def test_layer_contract():
     )
 
 
+def test_summary_counts_every_parameter_once_split_by_backend():
+    """`model.summary()` of a grown table: the same total on every backend,
+    the oracle's; its trainable / non-trainable split is the one
+    `docs/growable_embedding.md` documents."""
+    dim, first, top = 3, 4, 20
+    embedding = GrowableEmbedding(dim, initial_capacity=first, seed=1)
+    ids = keras.Input(shape=(2,), dtype="int32")
+    flat = keras.layers.Flatten()(embedding(ids))
+    model = keras.Model(ids, keras.layers.Dense(1)(flat))
+    model.compile(optimizer="adam", loss="mse")
+    x = np.array([[1, 2], [3, top]], "int32")
+    model.fit(x, np.zeros((2, 1)), verbose=0, callbacks=[EmbeddingGrowth()])
+    lines = []
+    model.summary(print_fn=lambda text, line_break=True: lines.append(text))
+    counts = {}
+    for line in "".join(lines).splitlines():
+        label, _, rest = line.strip().partition(" params: ")
+        if rest:
+            counts[label] = int(rest.split()[0].replace(",", ""))
+
+    # Oracle, from the shapes: growth doubles 4 rows until id 20 fits.
+    rows = first
+    while rows <= top:
+        rows *= 2
+    assert embedding.capacity == rows == 32
+    table = rows * dim  # what the table's sparse optimizer trains
+    state = 2 * rows * dim + rows + 1  # Adam's two slots, trained_at, step
+    dense = 2 * dim + 1  # kernel (2 ids x dim, 1) and bias
+    keras_adam = 2 + 2 * dense  # iterations, learning rate, 2 slots
+    assert embedding.count_params() == table + state == 321
+    assert counts["Total"] == table + state + dense + keras_adam == 344
+    assert counts["Optimizer"] == keras_adam
+    # The split follows the variables' `trainable` flags, which Keras'
+    # trainers also use to pick what they hand to the model's optimizer.
+    # JAX: the table, its slots, trained_at and the step are trainable
+    # variables with `overwrite_with_gradient` (the updated values come
+    # back as their gradients). TensorFlow, torch: only the step is; the
+    # table, slots and trained_at are non-trainable variables written in
+    # place by the sparse update. Flagging them trainable there would give
+    # them to Keras' optimizer, which has no gradient for them (a
+    # "Gradients do not exist" warning); the only gradient it could take is
+    # the whole updated table, a dense copy per step. So kmodels cannot
+    # change summary's split without changing what the optimizer receives.
+    if keras.backend.backend() == "jax":
+        split = (table + state + dense, 0)
+    else:
+        split = (1 + dense, table + state - 1)
+    assert (counts["Trainable"], counts["Non-trainable"]) == split
+    # The documented count of what trains, the same on every backend: the
+    # weights Keras' optimizer updates (flags and gradients), plus each
+    # table's rows.
+    by_keras = sum(
+        math.prod(v.shape)
+        for v in model.trainable_weights
+        if not v.overwrite_with_gradient
+    )
+    assert by_keras == dense
+    assert math.prod(embedding.embeddings.shape) == table
+
+
 def test_rows_do_not_depend_on_capacity():
     small = GrowableEmbedding(4, initial_capacity=2, seed=5)
     large = GrowableEmbedding(4, initial_capacity=16, seed=5)
