@@ -12,9 +12,10 @@ delta's capacity, writes the changed rows, and removes the evicted keys
 from, then inserts the added keys into, the hash tables of the inputs
 keyed by that table's index.
 
-Only TensorFlow writes a SavedModel, so `export_keyed(folder, export_path)`
-runs in a subprocess with `KERAS_BACKEND=tensorflow`, whatever the caller's
-backend (as `saved_model.export_bundle` does for translators):
+Only TensorFlow writes a SavedModel, so off the TensorFlow backend
+`export_keyed(folder, export_path)` runs in a subprocess with
+`KERAS_BACKEND=tensorflow` (on TensorFlow, `_main` runs in the caller's
+process), as `saved_model.export_bundle` does for translators:
 
     python -m kmodels.export.keyed_saved_model FOLDER EXPORT
 

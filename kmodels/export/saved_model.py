@@ -1,8 +1,9 @@
 """A saved translator bundle as a TensorFlow SavedModel: strings in, strings
 out, loadable with TensorFlow alone.
 
-Only TensorFlow writes a SavedModel, so the export runs in a subprocess with
-`KERAS_BACKEND=tensorflow`, whatever the caller's backend:
+Only TensorFlow writes a SavedModel, so off the TensorFlow backend the
+export runs in a subprocess with `KERAS_BACKEND=tensorflow` (on TensorFlow,
+`_main` runs in the caller's process: `tensorflow_process`):
 `export_bundle(bundle_path, export_path)` starts
 
     python -m kmodels.export.saved_model BUNDLE EXPORT [--max-length N]

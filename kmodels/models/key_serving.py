@@ -43,8 +43,9 @@ def export_with_keys(model, path, key_indexes=None):
     tables take new rows and keys without a new export.
 
     Only TensorFlow writes SavedModels: the model is saved as a `.keras`
-    file with the indexes' state and exported by a subprocess with
-    `KERAS_BACKEND=tensorflow`, so a model trained with JAX or torch
+    file with the indexes' state and exported from it (on the TensorFlow
+    backend in this process; on JAX and torch by a subprocess with
+    `KERAS_BACKEND=tensorflow`), so a model trained with JAX or torch
     exports the same way (TensorFlow must be installed). The SavedModel
     is written beside `path` and swapped in, all or nothing.
 
@@ -71,7 +72,7 @@ def export_with_keys(model, path, key_indexes=None):
             without `oov_row` or holding no keys, or `path` is a file or a
             folder holding other entries than a SavedModel export. Nothing
             is written.
-        RuntimeError: the export subprocess failed (its error output
+        RuntimeError: the export failed (its error output
             ends the message, naming `path`, never the hidden working
             folder).
 

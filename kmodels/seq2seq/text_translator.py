@@ -464,8 +464,9 @@ class TextTranslator:
         exports too (one sequence).
 
         Only TensorFlow writes a SavedModel: the bundle is saved to a
-        temporary folder and exported by a subprocess running
-        `python -m kmodels.export.saved_model` with
+        temporary folder and exported from there, on the TensorFlow backend
+        in this process (a few seconds), on JAX and torch by a subprocess
+        running `python -m kmodels.export.saved_model` with
         `KERAS_BACKEND=tensorflow` (about 10 s plus TensorFlow's import), so
         a model trained on JAX or torch exports the same way. The SavedModel
         is written next to `path` and swapped in, all or nothing.
@@ -498,7 +499,7 @@ class TextTranslator:
                 no weights yet, or `path` is a
                 file or a folder holding other entries than a SavedModel
                 export (the message names them). Nothing is written.
-            RuntimeError: the export subprocess failed (its error output is
+            RuntimeError: the export failed (its error output is
                 in the message, with `path` where TensorFlow named the
                 hidden working folder).
 
