@@ -96,6 +96,9 @@ def child_env(backend, base=None, threads=None):
     elif backend in cases_mod.KERAS_BACKENDS:
         env["KERAS_BACKEND"] = backend
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Compilation is part of what the cases measure: no programs read back
+    # from an earlier run (`kmodels.backend.compile_cache`, on by default).
+    env.setdefault("KMODELS_COMPILATION_CACHE", "0")
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (ROOT, env.get("PYTHONPATH", "")) if p
     )

@@ -56,6 +56,9 @@ def _register_serializables():
         return
     for name in _SERIALIZABLE_SUBPACKAGES:
         importlib.import_module(f"kmodels.{name}")
+    # JAX keeps what it compiled for the next process (off switch:
+    # KMODELS_COMPILATION_CACHE=0; docs/backends.md, Compilation).
+    importlib.import_module("kmodels.backend.compile_cache").enable()
 
 
 _register_serializables()

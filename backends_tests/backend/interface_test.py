@@ -26,6 +26,7 @@ BACKEND_DIR = pathlib.Path(kmodels.backend.__file__).parent
 BACKENDS = kmodels.BACKENDS
 # The facade modules, the interface.
 MODULES = {
+    "compile_cache",
     "compiled",
     "contracts",
     "decoding",
@@ -54,6 +55,8 @@ ALLOWED_STUBS = {
 # `module.function`: backend functions whose arguments are not those of
 # the facade function of the same name.
 OTHER_ARGUMENTS = {
+    # The facade reads the switch and passes its default folder.
+    "compile_cache.enable",
     # The facade passes the model's trainable variables.
     "gradients.loss_gradients",
     # The facade checks `backend` itself.

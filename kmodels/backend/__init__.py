@@ -55,6 +55,8 @@ do), and each defines only functions its facade calls
 - `compiled` also says where kmodels' models compile with XLA by default
   (TensorFlow on the CPU), and where Keras' `Model.export` cannot write a
   `Translator` (torch).
+- `compile_cache`: a compilation cache that outlives the process (JAX),
+  turned on by `import kmodels`.
 - `virtual_devices`: several CPU devices in one process
   (`kmodels.distributed.virtual_cpu_devices`).
 - `table_replicas`: the collectives that keep the replicas of a growable

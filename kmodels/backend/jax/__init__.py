@@ -1,5 +1,6 @@
 """The JAX implementation of the `kmodels.backend` interface."""
 
+from kmodels.backend.jax import compile_cache
 from kmodels.backend.jax import compiled
 from kmodels.backend.jax import contracts
 from kmodels.backend.jax import gradients
