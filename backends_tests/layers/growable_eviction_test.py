@@ -8,6 +8,7 @@ survives `.keras` save/load."""
 
 import collections
 import itertools
+import threading
 
 import keras
 import numpy as np
@@ -192,21 +193,39 @@ class _Trained(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.begun = 0
+        self.changed = threading.Condition()
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.begun += 1
+        with self.changed:
+            self.begun += 1
+            self.changed.notify_all()
 
 
-def _fit(model, index, batches):
+def _fit(model, index, batches, max_ahead=None):
     """Fits on `batches`, looking their keys up in `index` inside the
     generator (the data pipeline). Returns the rows fed per batch, the
     growth callback and the largest look-ahead seen (batches fetched
-    beyond the one being trained)."""
+    beyond the one being trained). `max_ahead`: the generator waits until
+    training is at most that many batches behind it (TensorFlow's
+    `tf.data` prefetch otherwise runs ahead as far as its autotuning
+    lets it, which depends on the machine's load)."""
     fed, ahead = [], [0]
     trained = _Trained()
 
+    def behind():
+        return len(fed) - max(trained.begun - 1, 0)
+
     def generator():
         for keys, target in batches:
+            if max_ahead is not None:
+                with trained.changed:
+                    if not trained.changed.wait_for(
+                        lambda: behind() <= max_ahead, timeout=60
+                    ):
+                        raise AssertionError(
+                            f"fit read batch {len(fed)} before training "
+                            f"batch {len(fed) - max_ahead}"
+                        )
             rows = index.lookup(keys)
             fed.append(rows)
             # Batches fetched past the one training now (or next).
@@ -299,7 +318,9 @@ def test_bounded_state_survives_save_load_and_trains_on_identically(
     index = KeyIndex(max_capacity=24, eviction="lru")
     model, table = _model(index)
     batches = _stream(seed=1, steps=60, pool=80)
-    _fit(model, index, batches[:30])
+    # An LRU key is evicted after missing 8 batches or more: a pipeline
+    # that reads fewer ahead of training restarts each row exactly.
+    _fit(model, index, batches[:30], max_ahead=2)
     assert index.evictions > 0
     path = str(tmp_path / "bounded.keras")
     model.save(path)
@@ -312,8 +333,11 @@ def test_bounded_state_survives_save_load_and_trains_on_identically(
     np.testing.assert_array_equal(
         _numpy(loaded_table.embeddings), _numpy(table.embeddings)
     )
-    fed, growth, _ = _fit(model, index, batches[30:])
-    fed_loaded, growth_loaded, _ = _fit(loaded, loaded_index, batches[30:])
+    fed, growth, ahead = _fit(model, index, batches[30:], max_ahead=2)
+    fed_loaded, growth_loaded, ahead_loaded = _fit(
+        loaded, loaded_index, batches[30:], max_ahead=2
+    )
+    assert max(ahead, ahead_loaded) <= 2
     # The loaded index evicts exactly as the original.
     for a, b in zip(fed, fed_loaded):
         np.testing.assert_array_equal(a, b)
