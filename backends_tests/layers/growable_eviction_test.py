@@ -445,7 +445,7 @@ def test_user_policy_fifo_evicts_in_fit_and_survives_save_load(tmp_path):
             evicted.append(sorted(before - set(index.keys())))
             return rows
 
-    fed, growth, ahead = _fit(model, _Logged(), batches)
+    fed, growth, ahead = _fit(model, _Logged(), batches, max_ahead=2)
     expected_fed, expected_evicted, admitted = _fifo_oracle(FIFO_BATCHES, 5)
     assert [r.tolist() for r in fed] == expected_fed
     assert evicted == expected_evicted == [[]] * 5 + [[_A], [_B], [], [_C]]
