@@ -28,6 +28,7 @@ def no_subprocess(monkeypatch):
         raise AssertionError(f"a subprocess was started: {args[0]}")
 
     monkeypatch.setattr(tensorflow_process.subprocess, "run", refuse)
+    monkeypatch.setattr(tensorflow_process.subprocess, "Popen", refuse)
 
 
 def test_text_translator_exports_here_and_serves_translate(

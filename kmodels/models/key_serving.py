@@ -44,8 +44,8 @@ def export_with_keys(model, path, key_indexes=None):
 
     Only TensorFlow writes SavedModels: the model is saved as a `.keras`
     file with the indexes' state and exported from it (on the TensorFlow
-    backend in this process; on JAX and torch by a subprocess with
-    `KERAS_BACKEND=tensorflow`), so a model trained with JAX or torch
+    backend in this process; on JAX and torch by a TensorFlow worker
+    process, kept for the next exports), so a model trained with JAX or torch
     exports the same way (TensorFlow must be installed). The SavedModel
     is written beside `path` and swapped in, all or nothing.
 

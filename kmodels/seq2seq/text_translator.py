@@ -465,10 +465,11 @@ class TextTranslator:
 
         Only TensorFlow writes a SavedModel: the bundle is saved to a
         temporary folder and exported from there, on the TensorFlow backend
-        in this process (a few seconds), on JAX and torch by a subprocess
-        running `python -m kmodels.export.saved_model` with
-        `KERAS_BACKEND=tensorflow` (about 10 s plus TensorFlow's import), so
-        a model trained on JAX or torch exports the same way. The SavedModel
+        in this process (a few seconds), on JAX and torch by a TensorFlow
+        worker process running `kmodels.export.saved_model` with
+        `KERAS_BACKEND=tensorflow` (a few seconds; the first export of a
+        process adds TensorFlow's import), so a model trained on JAX or
+        torch exports the same way. The SavedModel
         is written next to `path` and swapped in, all or nothing.
 
         The export never deletes what it did not write: `path` may be new,

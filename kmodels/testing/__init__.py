@@ -17,6 +17,8 @@ Not imported by the library. Submodules (import them by name):
   `GrowableEmbedding` and its NumPy SGD oracle.
 - `kmodels.testing.exports`: `assert_only_a_saved_model`, `tiny_bundle`,
   shared by the save and export tests.
+- `kmodels.testing.tensorflow_probe`: a stand-in export module for the
+  tests of the TensorFlow worker (`kmodels.export.tensorflow_process`).
 
 This package's `__init__` imports nothing, so that the parity comparison
 runs without Keras.
@@ -30,4 +32,5 @@ __all__ = [
     "parity",
     "row_sum",
     "table_states",
+    "tensorflow_probe",
 ]
