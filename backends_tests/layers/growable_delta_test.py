@@ -12,15 +12,11 @@ a TensorFlow-only process, gives the predictions of a fresh export at
 round 3 on old, new, evicted and unknown keys.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import keras
 import numpy as np
 import pytest
 
+from backends_tests import tensorflow_only
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
@@ -245,24 +241,15 @@ def test_delta_round_trip_served_equals_a_fresh_export(rounds):
     users = (users * 2)[:20]
     items = (ITEMS[: 4 + 2 * ROUNDS] + [7]) * 2
     items = items[:20]
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE],
-        input=json.dumps(
-            [
-                str(folder / "round_0"),
-                str(folder / f"round_{ROUNDS}"),
-                paths,
-                users,
-                items,
-            ]
-        ),
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    before, patched, fresh, capacities, error = json.loads(
-        done.stdout.strip().splitlines()[-1]
+    before, patched, fresh, capacities, error = tensorflow_only.run(
+        _SERVE,
+        [
+            str(folder / "round_0"),
+            str(folder / f"round_{ROUNDS}"),
+            paths,
+            users,
+            items,
+        ],
     )
     np.testing.assert_allclose(patched, fresh, rtol=0, atol=1e-6)
     # The deltas changed the served predictions.

@@ -10,16 +10,12 @@ and unknown, with the Python pipeline (`KeyIndex.lookup`, then
 `model.predict`) and with a NumPy dot product of the trained tables.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from backends_tests import tensorflow_only
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
@@ -54,15 +50,7 @@ print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))
 
 
 def _serve(path, users, items, scale):
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE],
-        input=json.dumps([path, users, items, scale]),
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return tensorflow_only.run(_SERVE, [path, users, items, scale])
 
 
 def _two_towers():

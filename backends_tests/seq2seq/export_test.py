@@ -12,15 +12,11 @@ dates of `kmodels.datasets.dates` and on edge cases. The subword
 subword_test.py serves an exported subword bundle.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import keras
 import numpy as np
 import pytest
 
+from backends_tests import tensorflow_only
 from kmodels.contracts.checks import checked
 from kmodels.datasets.dates import DATE_TEXT
 from kmodels.datasets.dates import date_split
@@ -105,15 +101,7 @@ print(json.dumps({
 
 
 def _serve(path, texts):
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE],
-        input=json.dumps([path, texts]),
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return tensorflow_only.run(_SERVE, [path, texts])
 
 
 def _date_translator(train_src, train_tgt, units):

@@ -4,14 +4,12 @@ WordPiece) keeps words the vocabulary never saw, where words give [UNK]."""
 import contextlib
 import itertools
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
+from backends_tests import tensorflow_only
 from kmodels.seq2seq import Translator
 from kmodels.seq2seq import masked_acc
 from kmodels.seq2seq import masked_loss
@@ -314,15 +312,7 @@ def test_export_spells_unseen_words_with_tensorflow_alone(
     p = bundle.context_processor
     path = str(tmp_path / "copy")
     bundle.export(path)
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE],
-        input=json.dumps([path, EXPORT_TEXTS + NO_WORD]),
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    served = json.loads(done.stdout.strip().splitlines()[-1])
+    served = tensorflow_only.run(_SERVE, [path, EXPORT_TEXTS + NO_WORD])
     assert served["imported"] == []
     # The WordPiece ids of keras-hub (the processor's), byte for byte.
     ids = served["tokenize"]
