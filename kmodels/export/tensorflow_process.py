@@ -31,6 +31,17 @@ _LOCK = threading.Lock()
 _WORKER = None  # (pid of the process that started it, Popen, log file)
 
 
+def _after_fork():
+    # A process forked while another thread exported would wait forever
+    # on the parent's lock; the parent's worker is left to the parent.
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def run_in_tensorflow(module, arguments, what):
     """Runs `module._main(arguments)` under TensorFlow.
 
@@ -69,7 +80,7 @@ def _run_in_worker(module, arguments, what):
     # reached it never ran the request, and another one runs it.
     for attempt in range(2):
         process, log = _worker()
-        start = os.path.getsize(log.name)
+        start = os.fstat(log.fileno()).st_size
         try:
             process.stdin.write(json.dumps([module, arguments]) + "\n")
             process.stdin.flush()
@@ -97,9 +108,10 @@ def _run_in_worker(module, arguments, what):
 
 def _output(log, start):
     """What the worker wrote to its error output from offset `start`."""
-    with open(log.name, errors="replace") as output:
-        output.seek(start)
-        return output.read()
+    # `pread`: this process never moves the file's offset, which the
+    # worker's writes share.
+    end = os.fstat(log.fileno()).st_size
+    return os.pread(log.fileno(), end - start, start).decode(errors="replace")
 
 
 def _worker():
@@ -119,7 +131,8 @@ def _worker():
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (root, env.get("PYTHONPATH")) if p
     )
-    log = tempfile.NamedTemporaryFile("w+", prefix="kmodels-export-")
+    # Nameless: nothing a forked copy of this process drops deletes it.
+    log = tempfile.TemporaryFile(prefix="kmodels-export-")
     process = subprocess.Popen(
         [sys.executable, "-m", __name__, str(WORKER_IDLE_SECONDS)],
         stdin=subprocess.PIPE,
