@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import re
+import threading
 
 import pytest
 
@@ -66,6 +67,16 @@ def test_one_worker_serves_every_export_and_survives_a_failure(probe):
     assert "the probe's error output\n" in message
     assert message.endswith("ValueError: the probe raised\n")
     assert probe() == first
+    # Two threads exporting at once: one after the other, in the worker.
+    found = []
+    threads = [
+        threading.Thread(target=lambda: found.append(probe())) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert found == [first, first]
 
 
 def test_a_dead_worker_is_replaced_and_an_idle_one_exits(probe, monkeypatch):
