@@ -30,10 +30,10 @@ USERS = [f"user-{n}-ü" for n in range(14)]
 ITEMS = [10**12 + n for n in range(10)]
 ROUNDS = 3
 
-# A fresh interpreter without Keras or kmodels: loads the round-0 export,
-# applies the deltas (`.npz` files of `delta_inputs`), serves the keys;
-# serves them from the round-N export; then applies a delta whose row is
-# past the capacity to see the error.
+# The TensorFlow-only process, without Keras or kmodels: loads the round-0
+# export, applies the deltas (`.npz` files of `delta_inputs`), serves the
+# keys; serves them from the round-N export; then applies a delta whose
+# row is past the capacity to see the error.
 _SERVE = r"""
 import json
 import sys

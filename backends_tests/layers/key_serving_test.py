@@ -4,8 +4,9 @@ and `kmodels.models.export_with_keys` (a SavedModel taking raw keys).
 The export round trip trains a small two-tower model over growing tables
 on the running backend (string user keys; int64 item keys with reserved
 rows 0 and 1, unknown items on row 1), exports it (a TensorFlow
-subprocess), serves it from a fresh Python process in which Keras and
-kmodels cannot be imported, and compares its outputs on raw keys, known
+subprocess), serves it from a TensorFlow-only Python process
+(`backends_tests/tensorflow_only.py`) in which Keras and kmodels cannot
+be imported, and compares its outputs on raw keys, known
 and unknown, with the Python pipeline (`KeyIndex.lookup`, then
 `model.predict`) and with a NumPy dot product of the trained tables.
 """
@@ -27,8 +28,8 @@ ITEMS = [10**15 + n for n in range(6)] + [-(2**63), 2**63 - 1, 0, -7]
 UNKNOWN_USERS = ["nobody", "user-1-u"]
 UNKNOWN_ITEMS = [1, 10**15 + 6]
 
-# A fresh interpreter: Keras, kmodels and the other frameworks cannot be
-# imported; TensorFlow loads the SavedModel and serves raw keys.
+# The TensorFlow-only process: Keras, kmodels and the other frameworks
+# cannot be imported; TensorFlow loads the SavedModel and serves raw keys.
 _SERVE = r"""
 import json
 import sys
@@ -93,12 +94,12 @@ def _two_towers():
 
 
 # The export round trip: a model trained here, exported by a TensorFlow
-# subprocess, served by another fresh process. Once, in the torch
+# subprocess, served by the TensorFlow-only process. Once, in the torch
 # environment (backends_tests/conftest.py): its trained model crosses to
 # TensorFlow there; the refusals below run on every backend.
 _ROUND_TRIP = pytest.mark.cross_backend(
     reason="trained on torch, exported by a TensorFlow subprocess, served "
-    "by a fresh TensorFlow-only process (10-15 s)"
+    "by a TensorFlow-only process (10-15 s)"
 )
 
 

@@ -2,8 +2,9 @@
 serves) and `Translator.export` (Keras' formats, the logits model).
 
 The round trip trains a small date translator on the running backend,
-exports it (a TensorFlow subprocess), then serves it from a fresh Python
-process in which Keras and kmodels cannot be imported (an import hook
+exports it (a TensorFlow subprocess), then serves it from a TensorFlow-only
+Python process (`backends_tests/tensorflow_only.py`, one per test session)
+in which Keras and kmodels cannot be imported (an import hook
 refuses them: `import tensorflow` itself imports Keras when it is
 installed, so only a refusal proves that the SavedModel does not need it), and
 compares its strings with `TextTranslator.translate` on the 500 held-out
@@ -61,8 +62,8 @@ EDGE_REFERENCES += ["2021-03-03", "x", "2021-03-03", "2021-03-03"]
 # returns "".
 EMPTY = ["", "   ", "日本", "?!"]
 
-# Runs in a fresh interpreter: Keras, kmodels and the other frameworks
-# cannot be imported (TensorFlow's own `import keras` fails quietly),
+# Runs in the TensorFlow-only process: Keras, kmodels and the other
+# frameworks cannot be imported (TensorFlow's own `import keras` fails quietly),
 # TensorFlow loads the SavedModel and translates.
 _SERVE = r"""
 import json

@@ -259,7 +259,7 @@ def test_copy_task_brings_unseen_words_back(copy_bundle, tmp_path):
         np.testing.assert_array_equal(q(unseen), p(unseen))
 
 
-# Runs in a fresh interpreter where Keras, kmodels, keras-hub,
+# Runs in the TensorFlow-only process where Keras, kmodels, keras-hub,
 # tensorflow_text, JAX and torch cannot be imported: TensorFlow alone
 # serves the SavedModel's `translate` and `tokenize`.
 _SERVE = r"""
