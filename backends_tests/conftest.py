@@ -21,6 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from backends_tests import stall_watch  # noqa: E402
 from kmodels.testing.parity import ParityStore  # noqa: E402
 
 # The multi-device tests need the virtual devices above; the per-backend
@@ -35,6 +36,11 @@ def _version(dist):
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def pytest_configure(config):
+    # Off unless KMODELS_TEST_STALL_SECONDS is set (stall_watch.py says why).
+    stall_watch.register(config)
 
 
 def pytest_report_header(config):
