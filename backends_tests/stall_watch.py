@@ -13,13 +13,12 @@ passes it through. With it, each test that runs longer than that gets:
   0.25 s waited to run (the interpreter lock held that long by one
   thread, or the process not scheduled).
 
-Why: the TensorFlow runs of stop 56 (2026-12-06) stalled 40-107 s in one
-fixture (`reliability/input_contracts_test.py`'s `translator`) in 3 of 5
-full runs, with the main thread at a memory allocation inside TensorFlow's
-graph building and no other Python thread; not in the other 2 or when the
-file ran alone. The summary line tells a collector pass (GC seconds), a
-held interpreter lock (watcher delay) and a starved process (neither)
-apart. docs/architecture.md, "Tests: where the time goes".
+Why: full TensorFlow runs of stop 56 (2026-12-06) stalled 21-107 s in
+`reliability/input_contracts_test.py` in 6 of 8 runs (never when the file
+ran alone). The summary line tells a collector pass (GC seconds), a held
+interpreter lock (watcher delay) and a starved process (neither) apart:
+there, one full collection, waiting on a `tf.data` iterator's destructor.
+docs/architecture.md, "Tests: where the time goes".
 
     KMODELS_TEST_STALL_SECONDS=12 tox -e tensorflow
 """
