@@ -9,6 +9,7 @@ worker are export_test.py's, key_serving_test.py's and
 growable_delta_test.py's.
 """
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -37,9 +38,12 @@ def probe(tmp_path):
     """Runs the probe with `action`; returns the process it reported. The
     worker outlives the test, as it would in a user's process (each start
     imports TensorFlow: four in this file)."""
-    path = str(tmp_path / "probe.json")
+    calls = itertools.count()
 
     def run(action="ok"):
+        # A file per call: two threads calling at once must not read the
+        # file the other's export is writing.
+        path = str(tmp_path / f"probe-{next(calls)}.json")
         run_in_tensorflow(PROBE, [path, action], "the probe")
         with open(path) as file:
             return json.load(file)
