@@ -81,6 +81,10 @@ FULL_SIZES = {
     # Issue 17: one date through `TextTranslator.translate`, and the memory
     # over 2,000 eager calls of each model.
     "translate": {"units": 64},
+    # Issue 44: `TextTranslator.export` of the dates bundle, timed.
+    "export": {"units": 64, "exports": 3},
+    # Issue 44: first / steady calls in fresh processes (`first_call`).
+    "first_call": {"units": 64, "calls": 20},
     "eager_memory": {"units": 4, "calls": 2000},
     # Issue 15: a batch of 1M keys drawn from 100k, half of them new.
     "keys": {"keys": 1_000_000, "distinct": 100_000},
@@ -176,6 +180,8 @@ QUICK_SIZES = {
         "units": 4,
     },
     "translate": {"units": 8},
+    "export": {"units": 8, "exports": 1},
+    "first_call": {"units": 8, "calls": 2},
     "eager_memory": {"units": 4, "calls": 20},
     "keys": {"keys": 20_000, "distinct": 2_000},
     "eviction_1k": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
@@ -330,6 +336,17 @@ CASES = (
     Case("translate_one", "TextTranslator.translate, one sentence",
          "dates processors, units 64, every step run", _K,
          "benchmarks.eager:translate_one", "translate"),
+    # Issue 44: opt-in, each export is seconds (the smoke test would add
+    # about 10 s per backend); the export paths are tested in
+    # backends_tests/seq2seq (export_test.py, export_in_process_test.py).
+    Case("export_time", "TextTranslator.export (opt-in)",
+         "dates bundle, units 64: SavedModel with translate", _K,
+         "benchmarks.export:export_time", "export", opt_in=True),
+    # Issue 44: opt-in, two fresh processes per backend (about 15-25 s).
+    Case("first_call", "First calls in a fresh process (opt-in)",
+         "dates bundle, units 64: first translate and predict_on_batch / "
+         "steady, empty and warm compilation cache", _K,
+         "benchmarks.first_call:first_call", "first_call", opt_in=True),
     Case("eager_memory", "Eager calls, resident memory",
          "2,000 calls of each model and of translate", _K,
          "benchmarks.eager:eager_memory", "eager_memory"),

@@ -11,9 +11,9 @@ import pytest
 
 from kmodels.backend import compile_cache
 
-# A fresh process: `import kmodels`, one jitted program on JAX (compiled
-# however briefly: the threshold is lowered below), then where JAX's cache
-# points and what lies in the kmodels folder.
+# A fresh process: `import kmodels`, one jitted program on JAX (compiled in
+# milliseconds), then where JAX's cache points, its compile-time threshold
+# and what lies in the kmodels folder.
 _CHILD = """
 import json, os, sys
 import keras
@@ -24,10 +24,12 @@ if keras.backend.backend() == "jax":
     import jax
     jax.jit(lambda x: x * 2 + 1)(jax.numpy.arange(3.0)).block_until_ready()
     chosen = jax.config.jax_compilation_cache_dir
+    threshold = jax.config.jax_persistent_cache_min_compile_time_secs
 else:
-    chosen = None
+    chosen = threshold = None
 entries = sorted(os.listdir(folder)) if os.path.isdir(folder) else None
-print(json.dumps({"chosen": chosen, "folder": folder, "entries": entries}))
+print(json.dumps({"chosen": chosen, "folder": folder, "entries": entries,
+                  "threshold": threshold}))
 """
 
 
@@ -35,12 +37,15 @@ def _child(tmp_path, **extra):
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("JAX_COMPILATION_CACHE_DIR", "KMODELS_COMPILATION_CACHE")
+        if k
+        not in (
+            "JAX_COMPILATION_CACHE_DIR",
+            "KMODELS_COMPILATION_CACHE",
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+        )
     }
     env.update(
         XDG_CACHE_HOME=str(tmp_path / "cache"),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
         TF_CPP_MIN_LOG_LEVEL="3",
         **extra,
     )
@@ -75,8 +80,10 @@ def test_import_turns_the_cache_on_on_jax_only(tmp_path):
     assert got["folder"] == folder
     if keras.backend.backend() == "jax":
         assert got["chosen"] == folder
-        # The jitted program was written there (one entry per program,
-        # plus JAX's access-time files).
+        # JAX's 1 s threshold lowered to 0: the program, compiled in
+        # milliseconds, was written there (one entry per program, plus
+        # JAX's access-time files).
+        assert got["threshold"] == 0.0
         assert got["entries"], got
     else:
         # TensorFlow and torch: no cache, no folder.
@@ -94,4 +101,9 @@ def test_the_users_choice_stands_on_jax(tmp_path):
     mine = str(tmp_path / "mine")
     theirs = _child(tmp_path, JAX_COMPILATION_CACHE_DIR=mine)
     assert theirs["chosen"] == mine and theirs["entries"] is None
-    assert os.listdir(mine)
+    # Their folder with JAX's settings as they are: the 1 s threshold.
+    assert theirs["threshold"] == 1.0 and not os.listdir(mine)
+    # A threshold the user set stands in kmodels' folder: the program,
+    # compiled in milliseconds, is not written.
+    slow = _child(tmp_path, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="5")
+    assert slow["threshold"] == 5.0 and not slow["entries"]

@@ -390,6 +390,62 @@ def test_eager_call_targets():
     assert tf_full["met"] == "n/a"
 
 
+def test_export_target_binds_tensorflow_only():
+    # Issue 44: TextTranslator.export <= 5 s where it runs in the process.
+    results = [
+        _ok("export_time", "tensorflow", 4200.0, first_call_ms=6100.0),
+        _ok("export_time", "jax", 9000.0, first_call_ms=15000.0),
+    ]
+    targets = report.evaluate_targets(results)
+    name = "TextTranslator.export, dates bundle (s)"
+    tf_row = _target(targets, name, "tensorflow")
+    assert tf_row["value"] == pytest.approx(4.2) and tf_row["met"] == "yes"
+    assert tf_row["goal"] == "<= 5"
+    assert tf_row["note"] == (
+        "in this process; median of 5, first export 6.1 s"
+    )
+    jax_row = _target(targets, name, "jax")
+    assert jax_row["value"] == pytest.approx(9.0) and jax_row["met"] == "info"
+    assert _target(targets, name, "torch")["met"] == "n/a"
+    slow = [_ok("export_time", "tensorflow", 5100.0, first_call_ms=1.0)]
+    assert _target(report.evaluate_targets(slow), name, "tensorflow")[
+        "met"
+    ] == ("no")
+
+
+def test_first_call_target_binds_jax_only():
+    # Issue 44: a second process' first translate <= 3x its steady call.
+    ratios = dict(
+        translate_first_ratio=600.0,
+        predict_first_ratio=250.0,
+        predict_warm_first_ratio=120.0,
+    )
+    results = [
+        _ok("first_call", "jax", 2.0, translate_warm_first_ratio=2.5, **ratios),
+        _ok(
+            "first_call",
+            "torch",
+            8.0,
+            translate_warm_first_ratio=40.0,
+            **ratios,
+        ),
+    ]
+    targets = report.evaluate_targets(results)
+    name = "First translate / steady, second process (warm cache)"
+    jax_row = _target(targets, name, "jax")
+    assert jax_row["value"] == 2.5 and jax_row["met"] == "yes"
+    assert jax_row["goal"] == "<= 3"
+    assert jax_row["note"] == (
+        "fresh process 600x; predict_on_batch fresh 250x, warm 120x"
+    )
+    assert _target(targets, name, "torch")["met"] == "info"
+    assert _target(targets, name, "tensorflow")["met"] == "n/a"
+    slow = [
+        _ok("first_call", "jax", 2.0, translate_warm_first_ratio=3.5, **ratios)
+    ]
+    assert _target(report.evaluate_targets(slow), name, "jax")["met"] == "no"
+
+
 def test_eager_case_reports_first_call_and_memory():
     # The case itself, at its quick sizes, on this backend.
     from benchmarks import cases

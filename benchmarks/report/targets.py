@@ -316,6 +316,77 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
     rows += _mixed_precision_targets(table, backends)
     rows += _growth_targets(table, backends)
     rows += _busy_targets(table, backends)
+    rows += _export_targets(table, backends)
+    rows += _first_call_targets(table, backends)
+    return rows
+
+
+# Issue 44 (item 3): a second process' first `translate` (compilation cache
+# filled by the first) at most this many times its steady call, on JAX.
+FIRST_CALL_GOAL = 3.0
+
+
+def _first_call_targets(table, backends):
+    """Issue 44: `translate_warm_first_ratio` of the opt-in `first_call`
+    case; binding on JAX (the backend with a persistent compilation
+    cache), for information elsewhere. The note gives the fresh process'
+    ratio and `predict_on_batch`'s."""
+    rows = []
+    for b in backends:
+        record = table.get(("first_call", b)) or {}
+        ok = record.get("status") == "ok"
+        note = ""
+        if ok:
+            note = (
+                f"fresh process {record['translate_first_ratio']:.0f}x; "
+                f"predict_on_batch fresh "
+                f"{record['predict_first_ratio']:.0f}x, warm "
+                f"{record['predict_warm_first_ratio']:.0f}x"
+            )
+        rows.append(
+            _target(
+                "First translate / steady, second process (warm cache)",
+                b,
+                record.get("translate_warm_first_ratio") if ok else None,
+                FIRST_CALL_GOAL,
+                "<=",
+                binding=b == "jax",
+                note=note,
+            )
+        )
+    return rows
+
+
+# Issue 44: `TextTranslator.export` of the dates bundle on the TensorFlow
+# backend (written in the calling process) takes at most this many seconds.
+EXPORT_GOAL_S = 5.0
+
+
+def _export_targets(table, backends):
+    """Issue 44: the median export of the opt-in `export_time` case, in
+    seconds; binding on TensorFlow, for information on JAX and torch (a
+    TensorFlow worker process writes it there)."""
+    rows = []
+    for b in backends:
+        record = table.get(("export_time", b)) or {}
+        ok = record.get("status") == "ok"
+        note = "in this process" if b == "tensorflow" else "TensorFlow worker"
+        if ok:
+            note += (
+                f"; median of {record['steps']}, first export "
+                f"{record['first_call_ms'] / 1e3:.1f} s"
+            )
+        rows.append(
+            _target(
+                "TextTranslator.export, dates bundle (s)",
+                b,
+                record["median_ms"] / 1e3 if ok else None,
+                EXPORT_GOAL_S,
+                "<=",
+                binding=b == "tensorflow",
+                note=note,
+            )
+        )
     return rows
 
 
