@@ -150,9 +150,8 @@ ENTRY_POINTS = {
 
 def _refused(model, run, exception, message):
     before = _state(model)
-    with pytest.raises(exception) as caught:
+    with raises_exactly(exception, message):
         run()
-    assert str(caught.value) == message
     _assert_same(before, _state(model))
 
 
