@@ -331,30 +331,24 @@ def _first_call_targets(table, backends):
     case; binding on JAX (the backend with a persistent compilation
     cache), for information elsewhere. The note gives the fresh process'
     ratio and `predict_on_batch`'s."""
-    rows = []
-    for b in backends:
-        record = table.get(("first_call", b)) or {}
-        ok = record.get("status") == "ok"
-        note = ""
-        if ok:
-            note = (
-                f"fresh process {record['translate_first_ratio']:.0f}x; "
-                f"predict_on_batch fresh "
-                f"{record['predict_first_ratio']:.0f}x, warm "
-                f"{record['predict_warm_first_ratio']:.0f}x"
-            )
-        rows.append(
-            _target(
-                "First translate / steady, second process (warm cache)",
-                b,
-                record.get("translate_warm_first_ratio") if ok else None,
-                FIRST_CALL_GOAL,
-                "<=",
-                binding=b == "jax",
-                note=note,
-            )
+
+    def note(record):
+        return (
+            f"fresh process {record['translate_first_ratio']:.0f}x; "
+            f"predict_on_batch fresh {record['predict_first_ratio']:.0f}x, "
+            f"warm {record['predict_warm_first_ratio']:.0f}x"
         )
-    return rows
+
+    return _one_binding_backend(
+        table,
+        backends,
+        "first_call",
+        "First translate / steady, second process (warm cache)",
+        FIRST_CALL_GOAL,
+        "jax",
+        lambda record: record["translate_warm_first_ratio"],
+        lambda backend, record: note(record) if record else "",
+    )
 
 
 # Issue 44: `TextTranslator.export` of the dates bundle on the TensorFlow
@@ -366,25 +360,52 @@ def _export_targets(table, backends):
     """Issue 44: the median export of the opt-in `export_time` case, in
     seconds; binding on TensorFlow, for information on JAX and torch (a
     TensorFlow worker process writes it there)."""
+
+    def note(backend, record):
+        where = (
+            "in this process"
+            if backend == "tensorflow"
+            else ("TensorFlow worker")
+        )
+        if not record:
+            return where
+        return (
+            f"{where}; median of {record['steps']}, first export "
+            f"{record['first_call_ms'] / 1e3:.1f} s"
+        )
+
+    return _one_binding_backend(
+        table,
+        backends,
+        "export_time",
+        "TextTranslator.export, dates bundle (s)",
+        EXPORT_GOAL_S,
+        "tensorflow",
+        lambda record: record["median_ms"] / 1e3,
+        note,
+    )
+
+
+def _one_binding_backend(
+    table, backends, case, name, goal, binding, value, note
+):
+    """A `<= goal` row per backend for `case`: binding on the backend
+    `binding`, for information on the others. `value(record)` and
+    `note(backend, record)` read an "ok" record; `note` gets `None` for a
+    case not measured."""
     rows = []
     for b in backends:
-        record = table.get(("export_time", b)) or {}
+        record = table.get((case, b)) or {}
         ok = record.get("status") == "ok"
-        note = "in this process" if b == "tensorflow" else "TensorFlow worker"
-        if ok:
-            note += (
-                f"; median of {record['steps']}, first export "
-                f"{record['first_call_ms'] / 1e3:.1f} s"
-            )
         rows.append(
             _target(
-                "TextTranslator.export, dates bundle (s)",
+                name,
                 b,
-                record["median_ms"] / 1e3 if ok else None,
-                EXPORT_GOAL_S,
+                value(record) if ok else None,
+                goal,
                 "<=",
-                binding=b == "tensorflow",
-                note=note,
+                binding=b == binding,
+                note=note(b, record if ok else None),
             )
         )
     return rows
