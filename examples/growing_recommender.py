@@ -54,6 +54,7 @@ import keras
 import numpy as np
 
 from kmodels.callbacks import EmbeddingGrowth
+from kmodels.callbacks import LookAheadLimit
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
 
@@ -295,7 +296,10 @@ def _batches(rng, users, bags, items, negatives, epochs):
 def _rows(index, batches):
     """`batches` with the user keys looked up in `index` one batch at a
     time, as `fit` consumes them (a generator: a bounded index evicts
-    between train steps)."""
+    between train steps). `fit` must read it through a `LookAheadLimit`:
+    TensorFlow's prefetch would otherwise run the lookups as far ahead of
+    training as the machine's load lets it, and evict users whose last
+    batches have not trained yet."""
     for x, y in batches:
         x = dict(x, user=index.lookup(x["user"]).astype("int32"))
         yield x, y
@@ -380,6 +384,9 @@ def main(argv=None):
     # The baseline's user rows: every user keeps one.
     all_users = KeyIndex("int64")
     growth = EmbeddingGrowth()
+    # Lookups at most 2 batches ahead of the step, on every backend and load.
+    pace = LookAheadLimit(max_ahead=2)
+    look_ahead = 0
     recent = {}
     batches, held_out, trained = [], [], []
     for chunk, (user_keys, item_keys) in enumerate(stream):
@@ -406,12 +413,13 @@ def main(argv=None):
         trained.append(u)
         batches.extend(chunk_batches)
         history = model.fit(
-            _rows(user_index, chunk_batches),
+            pace(_rows(user_index, chunk_batches)),
             steps_per_epoch=len(chunk_batches),
             shuffle=False,  # shuffled by `_batches`
             verbose=0,
-            callbacks=[growth],
+            callbacks=[growth, pace],
         )
+        look_ahead = max(look_ahead, pace.max_seen)
         print(
             f"chunk {chunk}: users {len(all_users)} (table holds "
             f"{len(user_index)}, {user_index.evictions} evictions), items "
@@ -523,6 +531,7 @@ def main(argv=None):
         "split": split,
         "top_share": top_share,
         "growth": growth,
+        "look_ahead": look_ahead,
     }
 
 

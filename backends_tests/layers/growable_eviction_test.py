@@ -8,13 +8,13 @@ survives `.keras` save/load."""
 
 import collections
 import itertools
-import threading
 
 import keras
 import numpy as np
 import pytest
 
 from kmodels.callbacks import EmbeddingGrowth
+from kmodels.callbacks import LookAheadLimit
 from kmodels.layers import EvictionPolicy
 from kmodels.layers import GrowableEmbedding
 from kmodels.layers import KeyIndex
@@ -186,62 +186,32 @@ def _model(index):
     )
 
 
-class _Trained(keras.callbacks.Callback):
-    """Counts the train batches begun, for the generator to see how far
-    ahead of training Keras fetches."""
-
-    def __init__(self):
-        super().__init__()
-        self.begun = 0
-        self.changed = threading.Condition()
-
-    def on_train_batch_begin(self, batch, logs=None):
-        with self.changed:
-            self.begun += 1
-            self.changed.notify_all()
-
-
 def _fit(model, index, batches, max_ahead=None):
     """Fits on `batches`, looking their keys up in `index` inside the
     generator (the data pipeline). Returns the rows fed per batch, the
-    growth callback and the largest look-ahead seen (batches fetched
-    beyond the one being trained). `max_ahead`: the generator waits until
-    training is at most that many batches behind it (TensorFlow's
-    `tf.data` prefetch otherwise runs ahead as far as its autotuning
-    lets it, which depends on the machine's load)."""
-    fed, ahead = [], [0]
-    trained = _Trained()
-
-    def behind():
-        return len(fed) - max(trained.begun - 1, 0)
+    growth callback and the largest look-ahead seen (batches read beyond
+    the one being trained). `max_ahead`: a `LookAheadLimit` keeps the
+    generator at most that many batches ahead (TensorFlow's `tf.data`
+    prefetch otherwise runs ahead as far as its autotuning lets it, which
+    depends on the machine's load); None measures without bounding."""
+    fed = []
+    pace = LookAheadLimit(max_ahead=max_ahead or 10**9)
 
     def generator():
         for keys, target in batches:
-            if max_ahead is not None:
-                with trained.changed:
-                    if not trained.changed.wait_for(
-                        lambda: behind() <= max_ahead, timeout=60
-                    ):
-                        raise AssertionError(
-                            f"fit read batch {len(fed)} before training "
-                            f"batch {len(fed) - max_ahead}"
-                        )
             rows = index.lookup(keys)
             fed.append(rows)
-            # Batches fetched past the one training now (or next).
-            current = max(trained.begun - 1, 0)
-            ahead[0] = max(ahead[0], len(fed) - 1 - current)
             yield rows.reshape(-1, 1).astype("int32"), target
 
     growth = EmbeddingGrowth()
     model.fit(
-        generator(),
+        pace(generator()),
         steps_per_epoch=len(batches),
         shuffle=False,
         verbose=0,
-        callbacks=[growth, trained],
+        callbacks=[growth, pace],
     )
-    return fed, growth, ahead[0]
+    return fed, growth, pace.max_seen
 
 
 def _oracle(table, fed, targets, resets):
