@@ -85,6 +85,17 @@ FULL_SIZES = {
     "export": {"units": 64, "exports": 3},
     # Issue 44: first / steady calls in fresh processes (`first_call`).
     "first_call": {"units": 64, "calls": 20},
+    # Issue 44: fresh-process imports, `rounds` rotations (`import_time`).
+    "import_time": {"rounds": 7},
+    # Issue 44: new shapes and 12 `max_length`s of `generate`, warm process.
+    "shapes": {
+        "units": 64,
+        "batch": 4,
+        "length": 8,
+        "max_length": 10,
+        "calls": 10,
+        "values": 12,
+    },
     "eager_memory": {"units": 4, "calls": 2000},
     # Issue 15: a batch of 1M keys drawn from 100k, half of them new.
     "keys": {"keys": 1_000_000, "distinct": 100_000},
@@ -182,6 +193,15 @@ QUICK_SIZES = {
     "translate": {"units": 8},
     "export": {"units": 8, "exports": 1},
     "first_call": {"units": 8, "calls": 2},
+    "import_time": {"rounds": 1},
+    "shapes": {
+        "units": 8,
+        "batch": 2,
+        "length": 4,
+        "max_length": 3,
+        "calls": 2,
+        "values": 2,
+    },
     "eager_memory": {"units": 4, "calls": 20},
     "keys": {"keys": 20_000, "distinct": 2_000},
     "eviction_1k": {"batch": 8, "ids": 4, "dim": 4, "rows": 100},
@@ -347,6 +367,19 @@ CASES = (
          "dates bundle, units 64: first translate and predict_on_batch / "
          "steady, empty and warm compilation cache", _K,
          "benchmarks.first_call:first_call", "first_call", opt_in=True),
+    # Issue 44: opt-in, three fresh processes per round (about 10 s each).
+    Case("import_time", "Import time in a fresh process (opt-in)",
+         "import kmodels.seq2seq / import keras, rotated rounds", _K,
+         "benchmarks.import_time:import_time", "import_time", opt_in=True),
+    # Issue 44: opt-in, several traces per backend (tens of seconds).
+    Case("new_shape", "New shapes and max_length (opt-in)",
+         "generate, dates translator: first call of a new batch size / "
+         "length over its steady call", _K,
+         "benchmarks.shapes:new_shape", "shapes", opt_in=True),
+    Case("max_length_memory", "New shapes and max_length (opt-in)",
+         "generate, dates translator: resident memory over 12 max_length "
+         "values", _K,
+         "benchmarks.shapes:max_length_memory", "shapes", opt_in=True),
     Case("eager_memory", "Eager calls, resident memory",
          "2,000 calls of each model and of translate", _K,
          "benchmarks.eager:eager_memory", "eager_memory"),

@@ -446,6 +446,74 @@ def test_first_call_target_binds_jax_only():
     assert _target(report.evaluate_targets(slow), name, "jax")["met"] == "no"
 
 
+def test_import_target_binds_jax_and_torch():
+    # Issue 44: import kmodels.seq2seq <= 1.3x import keras on JAX, torch.
+    def record(backend, ratio, tensorflow):
+        return _ok(
+            "import_time",
+            backend,
+            3000.0,
+            seq2seq_ratio=ratio,
+            kmodels_ratio=1.01,
+            seq2seq_loads_tensorflow=tensorflow,
+            seq2seq_loads_keras_hub=False,
+        )
+
+    results = [
+        record("jax", 1.1, False),
+        record("torch", 1.4, False),
+        record("tensorflow", 1.02, True),
+    ]
+    targets = report.evaluate_targets(results)
+    name = "import kmodels.seq2seq / import keras, fresh process"
+    jax_row = _target(targets, name, "jax")
+    assert jax_row["value"] == 1.1 and jax_row["met"] == "yes"
+    assert jax_row["goal"] == "<= 1.3"
+    assert jax_row["note"] == (
+        "import kmodels 1.01x; loads neither TensorFlow nor keras-hub"
+    )
+    assert _target(targets, name, "torch")["met"] == "no"
+    tf_row = _target(targets, name, "tensorflow")
+    assert tf_row["met"] == "info"
+    assert tf_row["note"] == "import kmodels 1.01x; loads TensorFlow"
+
+
+def test_shape_targets_bind_every_backend():
+    # Issue 44: a new batch size or length <= 3x its own steady call; 12
+    # max_length values <= 30 MB.
+    results = [
+        _ok(
+            "new_shape",
+            "jax",
+            2.0,
+            new_batch_ms=2500.0,
+            new_batch_steady_ms=1.25,
+            new_batch_ratio=2000.0,
+            new_length_ms=6.0,
+            new_length_steady_ms=3.0,
+            new_length_ratio=2.0,
+        ),
+        _ok("max_length_memory", "tensorflow", 1500.0, rss_growth_mb=137.0),
+        _ok("max_length_memory", "torch", 20.0, rss_growth_mb=0.5),
+    ]
+    targets = report.evaluate_targets(results)
+    batch = _target(targets, "generate, first call of a new batch size", "jax")
+    assert batch["value"] == 2000.0 and batch["met"] == "no"
+    assert batch["goal"] == "<= 3"
+    assert batch["note"] == "first 2.50 s, steady 1.2 ms"
+    length = _target(targets, "generate, first call of a new length", "jax")
+    assert length["value"] == 2.0 and length["met"] == "yes"
+    assert _target(targets, "generate, first call of a new length", "torch")[
+        "met"
+    ] == ("n/a")
+    name = "generate, resident memory over 12 max_length values (MB)"
+    tf_row = _target(targets, name, "tensorflow")
+    assert tf_row["value"] == 137.0 and tf_row["met"] == "no"
+    assert tf_row["goal"] == "<= 30"
+    assert tf_row["note"] == "first calls median 1.50 s"
+    assert _target(targets, name, "torch")["met"] == "yes"
+
+
 def test_eager_case_reports_first_call_and_memory():
     # The case itself, at its quick sizes, on this backend.
     from benchmarks import cases

@@ -64,6 +64,8 @@ def test_opt_in_cases_run_only_when_named():
     default = [c.name for c in runner.select_cases("")]
     assert "dates_bf16" not in default and "dates_float32" not in default
     assert "export_time" not in default and "first_call" not in default
+    assert "import_time" not in default and "new_shape" not in default
+    assert "max_length_memory" not in default
     assert "seq2seq_train_bf16" in default and "seq2seq_breakdown" in default
     assert [c.name for c in runner.select_cases("dates*")] == [
         "dates_float32",

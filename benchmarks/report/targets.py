@@ -318,7 +318,101 @@ def evaluate_targets(results, backends=cases_mod.KERAS_BACKENDS):
     rows += _busy_targets(table, backends)
     rows += _export_targets(table, backends)
     rows += _first_call_targets(table, backends)
+    rows += _import_targets(table, backends)
+    rows += _shape_targets(table, backends)
     return rows
+
+
+# Issue 44 (item 2): after warm-up, the first `generate` of a new batch size
+# or source length at most this many times a repeat call of its own shape;
+# 12 new `max_length` values keep at most this many MB resident.
+NEW_SHAPE_GOAL = 3.0
+MAX_LENGTH_MEMORY_GOAL_MB = 30.0
+
+
+def _shape_targets(table, backends):
+    """Issue 44: `new_batch_ratio` and `new_length_ratio` of the opt-in
+    `new_shape` case and `rss_growth_mb` of `max_length_memory`, binding
+    on every backend."""
+    everywhere = tuple(backends)
+
+    def ms(key):
+        def note(backend, record):
+            if not record:
+                return ""
+            return (
+                f"first {record[key + '_ms'] / 1e3:.2f} s, steady "
+                f"{record[key + '_steady_ms']:.1f} ms"
+            )
+
+        return note
+
+    rows = []
+    for key, what in (("new_batch", "batch size"), ("new_length", "length")):
+        rows += _binding_on(
+            table,
+            backends,
+            "new_shape",
+            f"generate, first call of a new {what} / its steady call",
+            NEW_SHAPE_GOAL,
+            everywhere,
+            lambda record, key=key: record[key + "_ratio"],
+            ms(key),
+        )
+    rows += _binding_on(
+        table,
+        backends,
+        "max_length_memory",
+        "generate, resident memory over 12 max_length values (MB)",
+        MAX_LENGTH_MEMORY_GOAL_MB,
+        everywhere,
+        lambda record: record.get("rss_growth_mb"),
+        lambda backend, record: (
+            f"first calls median {record['median_ms'] / 1e3:.2f} s"
+            if record
+            else ""
+        ),
+    )
+    return rows
+
+
+# Issue 44 (item 1): `import kmodels.seq2seq` at most this many times
+# `import keras` (ratio of medians, fresh processes) on JAX and torch.
+IMPORT_GOAL = 1.3
+
+
+def _import_targets(table, backends):
+    """Issue 44: `seq2seq_ratio` of the opt-in `import_time` case; binding
+    on JAX and torch (TensorFlow's Keras imports TensorFlow anyway). The
+    note gives `import kmodels`'s ratio and whether the import loaded
+    TensorFlow or keras-hub."""
+
+    def note(backend, record):
+        if not record:
+            return ""
+        loaded = [
+            name
+            for name, key in (
+                ("TensorFlow", "seq2seq_loads_tensorflow"),
+                ("keras-hub", "seq2seq_loads_keras_hub"),
+            )
+            if record[key]
+        ]
+        return (
+            f"import kmodels {record['kmodels_ratio']:.2f}x; loads "
+            f"{' and '.join(loaded) or 'neither TensorFlow nor keras-hub'}"
+        )
+
+    return _binding_on(
+        table,
+        backends,
+        "import_time",
+        "import kmodels.seq2seq / import keras, fresh process",
+        IMPORT_GOAL,
+        ("jax", "torch"),
+        lambda record: record["seq2seq_ratio"],
+        note,
+    )
 
 
 # Issue 44 (item 3): a second process' first `translate` (compilation cache
@@ -339,13 +433,13 @@ def _first_call_targets(table, backends):
             f"warm {record['predict_warm_first_ratio']:.0f}x"
         )
 
-    return _one_binding_backend(
+    return _binding_on(
         table,
         backends,
         "first_call",
         "First translate / steady, second process (warm cache)",
         FIRST_CALL_GOAL,
-        "jax",
+        ("jax",),
         lambda record: record["translate_warm_first_ratio"],
         lambda backend, record: note(record) if record else "",
     )
@@ -374,23 +468,21 @@ def _export_targets(table, backends):
             f"{record['first_call_ms'] / 1e3:.1f} s"
         )
 
-    return _one_binding_backend(
+    return _binding_on(
         table,
         backends,
         "export_time",
         "TextTranslator.export, dates bundle (s)",
         EXPORT_GOAL_S,
-        "tensorflow",
+        ("tensorflow",),
         lambda record: record["median_ms"] / 1e3,
         note,
     )
 
 
-def _one_binding_backend(
-    table, backends, case, name, goal, binding, value, note
-):
-    """A `<= goal` row per backend for `case`: binding on the backend
-    `binding`, for information on the others. `value(record)` and
+def _binding_on(table, backends, case, name, goal, binding, value, note):
+    """A `<= goal` row per backend for `case`: binding on the backends
+    `binding` (a tuple), for information on the others. `value(record)` and
     `note(backend, record)` read an "ok" record; `note` gets `None` for a
     case not measured."""
     rows = []
@@ -404,7 +496,7 @@ def _one_binding_backend(
                 value(record) if ok else None,
                 goal,
                 "<=",
-                binding=b == binding,
+                binding=b in binding,
                 note=note(b, record if ok else None),
             )
         )

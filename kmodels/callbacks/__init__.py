@@ -11,14 +11,14 @@
 
 from kmodels.callbacks.gradient_flow_check import GradientFlowCheck
 from kmodels.callbacks.input_contracts import InputContracts
-from kmodels.callbacks.look_ahead_limit import LookAheadError
 from kmodels.callbacks.look_ahead_limit import LookAheadLimit
+from kmodels.callbacks.look_ahead_limit import LookAheadWarning
 from kmodels.growable.callback import EmbeddingGrowth
 
 __all__ = [
     "EmbeddingGrowth",
     "GradientFlowCheck",
     "InputContracts",
-    "LookAheadError",
     "LookAheadLimit",
+    "LookAheadWarning",
 ]

@@ -1,4 +1,5 @@
 import threading
+import warnings
 
 import keras
 
@@ -6,8 +7,8 @@ from kmodels.arguments import check_float
 from kmodels.arguments import check_int
 
 
-class LookAheadError(RuntimeError):
-    """A `LookAheadLimit` generator could not stay within its bound."""
+class LookAheadWarning(RuntimeWarning):
+    """A `LookAheadLimit` generator read past its bound (see `overruns`)."""
 
 
 class LookAheadLimit(keras.callbacks.Callback):
@@ -26,14 +27,27 @@ class LookAheadLimit(keras.callbacks.Callback):
     TensorFlow's prefetch thread) until training is at most `max_ahead`
     batches behind.
 
+    The limit never stops training. A read that cannot wait goes on past
+    the bound, counted in `overruns`, with one `LookAheadWarning` per
+    wrapped generator that says why: no train step began for `timeout`
+    seconds (a step, or its compilation, took that long), the callback is
+    not in `fit`'s callbacks, or the read runs in the thread that trains
+    (where waiting cannot help: JAX and torch read one batch per step
+    there, so it does not happen with `max_ahead >= 1`). If `fit` raises
+    on TensorFlow while the generator waits, TensorFlow's teardown of the
+    pipeline waits for it, at most `timeout` seconds. When `fit` ends, the
+    wrapped generator ends too (a batch read then would train nowhere):
+    wrap one generator per `fit`.
+
     Args:
         max_ahead: int >= 1, the most batches read beyond the one training
             (Keras' generator adapter reads batch 1 before step 0).
-        timeout: seconds the generator waits for training before it
-            raises a `LookAheadError` (training died or stalled).
+        timeout: seconds a read waits for a train step to begin before it
+            goes on past the bound.
 
     Attributes:
         max_seen: the largest look-ahead of the last wrapped generator.
+        overruns: its reads past the bound.
 
     Example:
 
@@ -50,11 +64,6 @@ class LookAheadLimit(keras.callbacks.Callback):
     )
     pace.max_seen  # <= 2
     ```
-
-    On JAX and torch (CPU) the generator runs in the training thread and
-    Keras reads one batch per step, so the bound holds without waiting; a
-    read that would pass it in that thread raises a `LookAheadError` at
-    once (waiting there cannot help).
     """
 
     def __init__(self, max_ahead=2, timeout=60.0):
@@ -64,10 +73,10 @@ class LookAheadLimit(keras.callbacks.Callback):
         self.timeout = check_float(
             timeout, "timeout", owner, minimum=0, exclusive_minimum=True
         )
-        self.max_seen = 0
+        self.max_seen = self.overruns = 0
         self._changed = threading.Condition()
-        self._read = 0
-        self._begun = 0
+        self._read = self._begun = 0
+        self._warned = self._ended = False
         self._thread = None
         self._per_call = 1
 
@@ -76,12 +85,13 @@ class LookAheadLimit(keras.callbacks.Callback):
         at most `max_ahead` batches ahead of training. Starts counting
         anew: wrap one generator per `fit`."""
         with self._changed:
-            self._read = self._begun = self.max_seen = 0
+            self._read = self._begun = self.max_seen = self.overruns = 0
+            self._warned = self._ended = False
+            self._thread = None
         return self._paced(iter(batches))
 
     def _paced(self, batches):
-        while True:
-            self._wait_for_training()
+        while self._wait_for_training():
             try:
                 batch = next(batches)
             except StopIteration:
@@ -93,29 +103,42 @@ class LookAheadLimit(keras.callbacks.Callback):
         return self._read - max(self._begun - 1, 0)
 
     def _wait_for_training(self):
+        """Waits until the next read is within the bound; False when `fit`
+        has ended (nothing will train what is read next)."""
         with self._changed:
-            if self._ahead() > self.max_ahead:
-                if threading.current_thread() is self._thread:
-                    raise LookAheadError(
-                        f"LookAheadLimit(max_ahead={self.max_ahead}): fit "
-                        f"read batch {self._read} after {self._begun} train "
-                        "steps began, in the thread that trains, where "
-                        "waiting cannot help; raise max_ahead."
-                    )
-                if not self._changed.wait_for(
-                    lambda: self._ahead() <= self.max_ahead, self.timeout
-                ):
-                    raise LookAheadError(
+            reason = None
+            if self._ahead() <= self.max_ahead or self._ended:
+                pass
+            elif self._thread is None:
+                reason = "the LookAheadLimit is not in fit's callbacks"
+            elif threading.current_thread() is self._thread:
+                reason = "fit read it in the thread that trains"
+            elif not self._changed.wait_for(
+                lambda: self._ahead() <= self.max_ahead or self._ended,
+                self.timeout,
+            ):
+                reason = f"no train step began for {self.timeout:g} s"
+            if self._ended:
+                return False
+            if reason is not None:
+                self.overruns += 1
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
                         f"LookAheadLimit(max_ahead={self.max_ahead}): batch "
-                        f"{self._read} waited {self.timeout:g} s for step "
-                        f"{self._read - self.max_ahead} to begin; "
-                        f"{self._begun} train steps began."
+                        f"{self._read} read {self._ahead()} batches ahead of "
+                        f"training, because {reason}; reads go past the "
+                        "bound while this lasts (see `overruns`).",
+                        LookAheadWarning,
+                        stacklevel=2,
                     )
             self.max_seen = max(self.max_seen, self._ahead())
             self._read += 1
+            return True
 
     def on_train_begin(self, logs=None):
         self._thread = threading.current_thread()
+        self._ended = False
         # Batches per step call. Read once: on JAX, `self.model` syncs the
         # model's state each time.
         self._per_call = getattr(self.model, "steps_per_execution", 1) or 1
@@ -126,4 +149,8 @@ class LookAheadLimit(keras.callbacks.Callback):
             self._changed.notify_all()
 
     def on_train_end(self, logs=None):
-        self._thread = None
+        # A read waiting now (TensorFlow's prefetch of a longer generator)
+        # ends the generator instead of holding the pipeline's teardown.
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
