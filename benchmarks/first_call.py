@@ -20,17 +20,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
+from benchmarks.timing import seconds
 from benchmarks.timing import summarize
 
 SENTENCE = "Wednesday, March 3, 2021"
-
-
-def _seconds(call):
-    t0 = time.perf_counter()
-    call()
-    return time.perf_counter() - t0
 
 
 def _measure(units, calls):
@@ -53,8 +47,8 @@ def _measure(units, calls):
 
     out = {}
     for name, call in (("translate", translate), ("predict", predict)):
-        out[f"{name}_first"] = _seconds(call)
-        out[f"{name}_steady"] = [_seconds(call) for _ in range(calls)]
+        out[f"{name}_first"] = seconds(call)
+        out[f"{name}_steady"] = [seconds(call) for _ in range(calls)]
     return out
 
 

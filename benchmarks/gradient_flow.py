@@ -2,14 +2,13 @@
 small Transformer classifier trained N steps per timed call, with and
 without the callback, in alternation in one process."""
 
-import time
-
 import numpy as np
 
 from benchmarks import data
 from benchmarks.child import require
 from benchmarks.position import _kmodels_classifier
 from benchmarks.timing import measure_alternating
+from benchmarks.timing import seconds
 from benchmarks.timing import summarize
 
 
@@ -75,7 +74,7 @@ def monitor_overhead(sizes, timing):
     calls = len(check.history)
     last = next(reversed(check.history))
     check_stats = summarize(
-        [_seconds(lambda: check.monitor.check(last))
+        [seconds(lambda: check.monitor.check(last))
          for _ in range(timing["min_steps"])]
     )  # fmt: skip
     return dict(
@@ -87,9 +86,3 @@ def monitor_overhead(sizes, timing):
         check_ms=check_stats["median_ms"],
         check_share=check_stats["median_ms"] / (n * without_ms),
     )
-
-
-def _seconds(call):
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start

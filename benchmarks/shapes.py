@@ -14,17 +14,10 @@ another value: TensorFlow never frees a traced graph, and kmodels keeps
 its `decoding.MAX_LOOPS` most recent loops.
 """
 
-import time
-
 from benchmarks.eager import _dates_bundle
 from benchmarks.eager import _resident_mb
+from benchmarks.timing import seconds
 from benchmarks.timing import summarize
-
-
-def _seconds(call, *args, **kwargs):
-    t0 = time.perf_counter()
-    call(*args, **kwargs)
-    return time.perf_counter() - t0
 
 
 def _bundle_generate(sizes):
@@ -59,13 +52,13 @@ def new_shape(sizes, timing):
     base = tokens(batch, length)
     generate(base)
     generate(base)
-    out = summarize([_seconds(generate, base) for _ in range(calls)])
+    out = summarize([seconds(generate, base) for _ in range(calls)])
     for name, x in (
         ("batch", tokens(batch + 1, length)),
         ("length", tokens(batch, length + 4)),
     ):
-        first = _seconds(generate, x) * 1e3
-        steady = summarize([_seconds(generate, x) for _ in range(calls)])
+        first = seconds(generate, x) * 1e3
+        steady = summarize([seconds(generate, x) for _ in range(calls)])
         out[f"new_{name}_ms"] = first
         out[f"new_{name}_steady_ms"] = steady["median_ms"]
         out[f"new_{name}_ratio"] = first / steady["median_ms"]
@@ -84,7 +77,7 @@ def max_length_memory(sizes, timing):
     before = _resident_mb()
     start = sizes["max_length"] + 1
     times = [
-        _seconds(generate, x, max_length=m)
+        seconds(generate, x, max_length=m)
         for m in range(start, start + sizes["values"])
     ]
     after = _resident_mb()

@@ -13,6 +13,13 @@ PROFILE = {"dir": None, "stem": None}
 PROFILE_STEPS = 3
 
 
+def seconds(call, *args, **kwargs):
+    """The wall time of `call(*args, **kwargs)`, in seconds."""
+    t0 = time.perf_counter()
+    call(*args, **kwargs)
+    return time.perf_counter() - t0
+
+
 def summarize(seconds):
     """Median and spread of a list of step times given in seconds.
 
