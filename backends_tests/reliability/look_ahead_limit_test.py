@@ -219,3 +219,33 @@ def test_the_end_of_fit_ends_a_waiting_reader():
     assert read == [[]]
     assert time.perf_counter() - start < 5
     assert pace.overruns == 0
+
+
+@pytest.mark.backend_independent(reason="a generator and threads; no Keras")
+def test_data_that_is_not_iterable_is_refused():
+    with raises_exactly(
+        TypeError,
+        "LookAheadLimit: expected an iterable of batches (a generator, "
+        "say); got int.",
+    ):
+        LookAheadLimit()(5)
+
+
+@pytest.mark.backend_independent(reason="a generator and threads; no Keras")
+def test_a_limit_with_no_wrapped_data_warns_when_fit_starts():
+    pace = LookAheadLimit()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pace.on_train_begin()
+        pace.on_train_end()
+        pace([])  # wrapped for the next fit: no warning there
+        pace.on_train_begin()
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (
+            LookAheadWarning,
+            "LookAheadLimit(max_ahead=2) is in fit's callbacks, but no "
+            "generator was wrapped with it for this fit: nothing is "
+            "limited. Pass the wrapped data: fit(pace(generator), ..., "
+            "callbacks=[pace]).",
+        )
+    ]

@@ -35,7 +35,9 @@ class LookAheadLimit(keras.callbacks.Callback):
     (where waiting cannot help: JAX and torch read one batch per step
     there, so it does not happen with `max_ahead >= 1`). If `fit` raises
     on TensorFlow while the generator waits, TensorFlow's teardown of the
-    pipeline waits for it, at most `timeout` seconds. When `fit` ends, the
+    pipeline waits for it, at most `timeout` seconds. A limit in `fit`'s
+    callbacks with no generator wrapped for that `fit` warns when `fit`
+    starts (nothing would be limited). When `fit` ends, the
     wrapped generator ends too (a batch read then would train nowhere):
     wrap one generator per `fit`.
 
@@ -76,7 +78,7 @@ class LookAheadLimit(keras.callbacks.Callback):
         self.max_seen = self.overruns = 0
         self._changed = threading.Condition()
         self._read = self._begun = 0
-        self._warned = self._ended = False
+        self._warned = self._ended = self._wrapped = False
         self._thread = None
         self._per_call = 1
 
@@ -84,11 +86,19 @@ class LookAheadLimit(keras.callbacks.Callback):
         """Returns a generator over `batches` (any iterable) that reads
         at most `max_ahead` batches ahead of training. Starts counting
         anew: wrap one generator per `fit`."""
+        try:
+            batches = iter(batches)
+        except TypeError:
+            raise TypeError(
+                "LookAheadLimit: expected an iterable of batches (a "
+                f"generator, say); got {type(batches).__name__}."
+            ) from None
         with self._changed:
             self._read = self._begun = self.max_seen = self.overruns = 0
             self._warned = self._ended = False
             self._thread = None
-        return self._paced(iter(batches))
+            self._wrapped = True
+        return self._paced(batches)
 
     def _paced(self, batches):
         while self._wait_for_training():
@@ -137,6 +147,15 @@ class LookAheadLimit(keras.callbacks.Callback):
             return True
 
     def on_train_begin(self, logs=None):
+        if not self._wrapped:
+            warnings.warn(
+                f"LookAheadLimit(max_ahead={self.max_ahead}) is in fit's "
+                "callbacks, but no generator was wrapped with it for this "
+                "fit: nothing is limited. Pass the wrapped data: "
+                "fit(pace(generator), ..., callbacks=[pace]).",
+                LookAheadWarning,
+                stacklevel=2,
+            )
         self._thread = threading.current_thread()
         self._ended = False
         # Batches per step call. Read once: on JAX, `self.model` syncs the
@@ -153,4 +172,5 @@ class LookAheadLimit(keras.callbacks.Callback):
         # ends the generator instead of holding the pipeline's teardown.
         with self._changed:
             self._ended = True
+            self._wrapped = False
             self._changed.notify_all()
