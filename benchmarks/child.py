@@ -14,6 +14,7 @@ import gc
 import importlib
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -40,6 +41,25 @@ def require(module, *names):
             f"{module}.{'/'.join(names)} not available: {error}"
         ) from error
     return objects[0] if len(objects) == 1 else objects
+
+
+def run_module(module, *args, env=None):
+    """Runs `python -m module *args` in a fresh interpreter and returns the
+    JSON of its last line of output; a failure raises a `RuntimeError` with
+    the end of its error output."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join([module, *map(str, args)])} failed (exit status "
+            f"{done.returncode}):\n{done.stderr[-2000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _run_case(case, backend, quick):

@@ -17,10 +17,10 @@ prints one JSON line.
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+from benchmarks.child import run_module
 from benchmarks.timing import seconds
 from benchmarks.timing import summarize
 
@@ -62,19 +62,7 @@ def _run_fresh(units, calls, cache):
         if k != "KMODELS_COMPILATION_CACHE" and not k.startswith("JAX_")
     }
     env["XDG_CACHE_HOME"] = cache
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.first_call", str(units), str(calls)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"benchmarks.first_call failed (exit status {done.returncode}):"
-            f"\n{done.stderr[-2000:]}"
-        )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_module("benchmarks.first_call", units, calls, env=env)
 
 
 def first_call(sizes, timing):

@@ -14,28 +14,13 @@ prints one JSON line.
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 
+from benchmarks.child import run_module
 from benchmarks.timing import summarize
 
 MODULES = ("keras", "kmodels", "kmodels.seq2seq")
-
-
-def _run(module):
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.import_time", module],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"benchmarks.import_time {module} failed (exit status "
-            f"{done.returncode}):\n{done.stderr[-2000:]}"
-        )
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def import_time(sizes, timing):
@@ -50,7 +35,7 @@ def import_time(sizes, timing):
     for r in range(sizes["rounds"]):
         order = MODULES[r % len(MODULES) :] + MODULES[: r % len(MODULES)]
         for module in order:
-            found = _run(module)
+            found = run_module("benchmarks.import_time", module)
             seconds[module].append(found["seconds"])
             if module == "kmodels.seq2seq":
                 for name in loads:
