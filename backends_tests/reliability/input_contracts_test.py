@@ -586,3 +586,66 @@ def test_patch_embedding_contracts():
         assert str(caught.value) == message
         for old, new in zip(before, layer.weights):
             np.testing.assert_array_equal(keras.ops.convert_to_numpy(new), old)
+
+
+def test_image_models_first_compiled_steps_warn_nothing():
+    """A plain functional image model (`PositionalEmbedding` around a
+    `PatchEmbedding`) takes no ids: the traced call checks the images'
+    static shape itself, so the first `fit` step (TensorFlow traces it
+    before kmodels sees the model) and the first `predict` warn nothing
+    (was: TensorFlow warned about "a bad id" for float images), and a bad
+    image is refused once the model is taken over."""
+    from kmodels.layers.patch_embedding import PatchEmbedding
+
+    keras.utils.set_random_seed(1)
+    images = keras.Input((None, None, 1))
+    inner = PatchEmbedding(2, 4, dynamic_image_size=True)
+    features = PositionalEmbedding(inner, 4)(images)
+    pooled = keras.layers.GlobalAveragePooling1D()(features)
+    model = keras.Model(images, keras.layers.Dense(3)(pooled))
+    model.compile("adam", "sparse_categorical_crossentropy")
+    x = np.random.default_rng(0).random((4, 4, 4, 1)).astype("float32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(x, np.array([0, 1, 2, 0]), verbose=0)
+        model.predict(x, verbose=0)
+    assert [str(w.message) for w in caught if "kmodels" in str(w.message)] == []
+    assert np.isfinite(history.history["loss"][0])
+    _refused(
+        model,
+        lambda: model.predict(x[:, :3], verbose=0),
+        ValueError,
+        "PatchEmbedding expects the image height to be a multiple of "
+        "patch_size=2; got 3.",
+    )
+
+
+@pytest.mark.backend_independent(
+    reason="reads the static shape of a symbolic tensor, no backend op"
+)
+def test_what_a_traced_image_call_leaves_unchecked():
+    """Only an image side unknown at trace time, with patches that must
+    divide it, goes unchecked; ids and tensor start indices always do."""
+    from kmodels.contracts.checks import UNCHECKED_IDS
+    from kmodels.layers.patch_embedding import PatchEmbedding
+
+    layer = PatchEmbedding(2, 4, dynamic_image_size=True)
+    known = keras.KerasTensor((None, 8, 8, 1))
+    unknown = keras.KerasTensor((None, None, 8, 1))
+    assert layer._unchecked_when_traced({"inputs": known}) is None
+    assert layer._unchecked_when_traced({"inputs": unknown}) == (
+        "an image whose height or width is not a multiple of the patch "
+        "size is not refused (the pixels past the last whole patch are "
+        "dropped)"
+    )
+    same = PatchEmbedding(2, 4, padding="same", dynamic_image_size=True)
+    assert same._unchecked_when_traced({"inputs": unknown}) is None
+    around = PositionalEmbedding(layer, 4)
+    assert around._unchecked_when_traced({"inputs": known}) is None
+    ids = PositionalEmbedding(keras.layers.Embedding(5, 4), 4)
+    assert ids._unchecked_when_traced({"inputs": known}) == UNCHECKED_IDS
+    start = keras.KerasTensor((), dtype="int32")
+    assert (
+        around._unchecked_when_traced({"inputs": known, "start_index": start})
+        == UNCHECKED_IDS
+    )

@@ -410,36 +410,49 @@ def guard(layer, arguments, training=None):
         )
         check_layer(layer, arguments, training)
         return checked()
-    _warn_unchecked(layer)
+    _warn_unchecked(layer, arguments)
     return contextlib.nullcontext()
 
 
-def _warn_unchecked(layer):
+def _warn_unchecked(layer, arguments):
     # A class with its own rule (and warning) for compiled steps sets
     # `_warns_when_unchecked = False` (GrowableEmbedding: unseen ids get
-    # zero vectors, nothing turns NaN).
+    # zero vectors, nothing turns NaN). A class whose traced call checks
+    # part of its contract (shapes) says what is left unchecked in
+    # `_unchecked_when_traced(arguments)`: `None` when nothing is.
     if not getattr(layer, "_warns_when_unchecked", True) or getattr(
         layer, "_kmodels_warned_unchecked", False
     ):
         return
+    left = getattr(layer, "_unchecked_when_traced", None)
+    risk = UNCHECKED_IDS if left is None else left(arguments)
+    if risk is None:
+        return
     layer._kmodels_warned_unchecked = True
     warnings.warn(
-        unchecked_warning(type(layer).__name__, layer.name), stacklevel=4
+        unchecked_warning(type(layer).__name__, layer.name, risk),
+        stacklevel=4,
     )
 
 
-def unchecked_warning(kind, name):
+# What an unchecked compiled step risks with ids, the default.
+UNCHECKED_IDS = (
+    "a bad id there (out of range, negative, fractional) is not refused, "
+    "and on JAX gives NaN outputs and, in fit, NaN weights"
+)
+
+
+def unchecked_warning(kind, name, risk=UNCHECKED_IDS):
     """The one-time warning of a kmodels layer traced in a compiled step
-    whose batch no contract hook checked."""
+    whose batch no contract hook checked; `risk` says what goes
+    unrefused there."""
     return (
         f"kmodels {kind} '{name}' runs inside a compiled step whose inputs "
-        "kmodels did not check: a bad id there (out of range, negative, "
-        "fractional) is not refused, and on JAX gives NaN outputs and, in "
-        "fit, NaN weights. kmodels checks the batches of a functional "
-        "model from the next step on (or its ids are computed inside the "
-        "model, where no check reaches them). To check the first step too, "
-        "call kmodels.contracts.enforce(model) once after building the "
-        "model."
+        f"kmodels did not check: {risk}. kmodels checks the batches of a "
+        "functional model from the next step on (or its inputs are "
+        "computed inside the model, where no check reaches them). To check "
+        "the first step too, call kmodels.contracts.enforce(model) once "
+        "after building the model."
     )
 
 

@@ -216,6 +216,26 @@ class PatchEmbedding(keras.layers.Layer):
         if arguments.get("inputs") is not None:
             check_patch_embedding_inputs(self, arguments.get("inputs"))
 
+    def _unchecked_when_traced(self, arguments):
+        """What a compiled step that kmodels did not check leaves unrefused
+        (`kmodels.contracts.checks`): `call` checks the traced images'
+        static shape, so only a height or width unknown when the step was
+        traced goes unchecked, and only where patches must divide it."""
+        images = arguments.get("inputs")
+        if images is None or self.padding == "same":
+            return None
+        try:
+            sides = tuple(images.shape)[1:3]
+        except (TypeError, ValueError):  # unknown rank
+            sides = (None,)
+        if None not in sides:
+            return None
+        return (
+            "an image whose height or width is not a multiple of the patch "
+            "size is not refused (the pixels past the last whole patch are "
+            "dropped)"
+        )
+
     def call(self, inputs):
         # The static shape of a traced call (JAX, torch, TensorFlow with
         # known sizes) is checked too: a compiled step refuses what an

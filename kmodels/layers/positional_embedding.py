@@ -7,6 +7,7 @@ from keras import ops
 from kmodels.arguments import check_choice
 from kmodels.arguments import check_float
 from kmodels.arguments import check_int
+from kmodels.contracts.checks import UNCHECKED_IDS
 from kmodels.contracts.checks import check_positional_embedding_inputs
 from kmodels.contracts.checks import guarded_call
 from kmodels.layers.patch_embedding import PatchEmbedding
@@ -279,6 +280,17 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def _check_call_arguments(self, arguments, training):
         check_positional_embedding_inputs(self, arguments, training)
+
+    def _unchecked_when_traced(self, arguments):
+        """What a compiled step that kmodels did not check leaves unrefused
+        (`kmodels.contracts.checks`): ids and a start index need their
+        values; a wrapped layer that says what its traced call leaves
+        unchecked (`PatchEmbedding`) speaks for the images."""
+        start = arguments.get("start_index")
+        inner = getattr(self.embedding, "_unchecked_when_traced", None)
+        if inner is None or not (start is None or isinstance(start, int)):
+            return UNCHECKED_IDS
+        return inner({"inputs": arguments.get("inputs")})
 
     def call(self, inputs, start_index=0):
         embedded = self.embedding(inputs)
