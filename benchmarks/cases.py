@@ -127,6 +127,16 @@ FULL_SIZES = {
         "initial_capacity": 16,
         "pairs": 3,
     },
+    # Issue 45: the real MovieLens-100k, in time order
+    # (`benchmarks.growable.movielens_100k`; `None`: every interaction).
+    "movielens_100k": {
+        "interactions": None,
+        "chunks": 20,
+        "batch": 250,
+        "dim": 32,
+        "initial_capacity": 16,
+        "pairs": 3,
+    },
     # Issue 32: GradientFlowCheck every 100 steps, a small encoder.
     # Issue 44: one `fit` epoch of `batches` dates-demo batches beside a
     # CPU hog per core, default threads against one (`benchmarks.busy`).
@@ -219,6 +229,14 @@ QUICK_SIZES = {
     "movielens_stream": {
         "users": 40,
         "items": 60,
+        "interactions": 200,
+        "chunks": 2,
+        "batch": 50,
+        "dim": 4,
+        "initial_capacity": 16,
+        "pairs": 1,
+    },
+    "movielens_100k": {
         "interactions": 200,
         "chunks": 2,
         "batch": 50,
@@ -341,6 +359,11 @@ CASES = (
          "GrowableEmbedding + EmbeddingGrowth, one fit per chunk "
          "(alternated with keras Embedding)", _K,
          "benchmarks.growable:movielens_stream", "movielens_stream"),
+    # Issue 45: the same passes on the real MovieLens-100k (recbole's wheel).
+    Case("movielens_100k", "MovieLens-100k stream (real, 100k)",
+         "GrowableEmbedding + EmbeddingGrowth, one fit per chunk "
+         "(alternated with keras Embedding)", _K,
+         "benchmarks.growable:movielens_100k", "movielens_100k"),
     Case("eager_call_tiny", "Seq2Seq eager call, tiny (batch 2, units 4)",
          "translator((ctx, tin)) eager", _K,
          "benchmarks.eager:eager_call", "eager_tiny"),

@@ -5,7 +5,8 @@
 
 For each backend, a fresh Python process (the backend is fixed when Keras is
 imported) prints the backend and versions, checks Keras layers against the
-NumPy oracle, then runs the seq2seq, position-embedding and recommender demos.
+NumPy oracle, then runs the seq2seq, position-embedding, recommender and digits
+(a tiny ViT on real images) demos.
 The parent process then compares the oracle-check outputs across backends.
 """
 
@@ -24,6 +25,7 @@ DEMOS = {
     "seq2seq": "examples.seq2seq_dates",
     "position": "examples.position_embedding",
     "recommender": "examples.growing_recommender",
+    "digits": "examples.digits_vit",
 }
 # Demos that take `--out DIR` (the seq2seq demo saves its attention heat map).
 WRITES_FILES = ("seq2seq",)

@@ -88,3 +88,23 @@ def test_cases_run_in_the_quick_smoke_run():
         assert case.sizes in cases.QUICK_SIZES
     quick = cases.QUICK_SIZES["movielens_stream"]
     assert quick["pairs"] == 1 and quick["interactions"] <= 1000
+
+
+def test_first_seen_numbers_ids_by_first_appearance():
+    ids = np.array([943, 5, 943, 12, 5, 7])
+    np.testing.assert_array_equal(growable.first_seen(ids), [0, 1, 0, 2, 1, 3])
+
+
+def test_real_stream_target_binds_every_backend():
+    results = [
+        dict(case="movielens_100k", backend="tensorflow", pass_ratio=1.1),
+        dict(case="movielens_100k", backend="jax", pass_ratio=2.5),
+    ]
+    results = [dict(r, status="ok", median_ms=1.0) for r in results]
+    targets = report.evaluate_targets(results)
+    real = "MovieLens-100k (real): growable / keras Embedding pass"
+    assert _target(targets, real, "tensorflow")["met"] == "yes"
+    assert _target(targets, real, "jax")["met"] == "no"
+    assert _target(targets, real, "torch")["met"] == "n/a"
+    assert cases.QUICK_SIZES["movielens_100k"]["interactions"] <= 1000
+    assert cases.FULL_SIZES["movielens_100k"]["interactions"] is None
