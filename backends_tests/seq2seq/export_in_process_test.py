@@ -55,6 +55,18 @@ def test_text_translator_exports_here_and_serves_translate(
     np.testing.assert_allclose(
         got["scores"].numpy(), np.asarray(scores)[:, :2], rtol=1e-5, atol=1e-5
     )
+    # `translate`'s `num_return_sequences` gives what the export serves.
+    two, two_scores = bundle.translate(
+        texts,
+        sampler="beam",
+        num_beams=2,
+        num_return_sequences=2,
+        return_scores=True,
+    )
+    assert two == strings
+    np.testing.assert_allclose(
+        got["scores"].numpy(), two_scores, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_export_with_keys_exports_here_and_serves_the_rows(

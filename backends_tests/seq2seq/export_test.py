@@ -219,6 +219,11 @@ def test_export_serves_translate_strings_with_tensorflow_alone(exported):
         atol=1e-4,
     )
     assert np.all(np.isfinite(nbest_scores[:, :2]))
+    # `translate`'s `num_return_sequences` gives the 2 best served.
+    assert (
+        bundle.translate(test_src[:50], num_return_sequences=2, **SEARCH)
+        == served["nbest"][:50]
+    )
     assert served["nbest"][count:] == [["", ""]] * len(EMPTY)
     assert np.all(np.array(served["nbest_scores"][count:]) == -np.inf)
     mismatches = [

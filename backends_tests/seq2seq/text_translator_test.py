@@ -287,3 +287,93 @@ def test_translate_takes_repetition_penalty_and_prefix(sampler):
         translate([""], model, source, target, 1, prefix=prefix)
     with pytest.raises(ValueError, match=r"translate: `repetition_penalty`"):
         translate([""], model, source, target, repetition_penalty=0.0)
+
+
+def test_num_return_sequences_is_the_n_best_of_every_beam():
+    """`num_return_sequences` (Hugging Face's name, and the export's) gives
+    the n best of `return_all_beams` (keras-hub's), with their scores and
+    attention; 1 for greedy decoding, as a beam axis of one; refused with
+    `return_all_beams`, or above the number of beams."""
+    keras.utils.set_random_seed(3)
+    model, source, target = _bundle()
+    texts = ["hola casa", "esta en casa", "hola"]
+    beam = dict(sampler="beam", num_beams=3, length_penalty=1.0)
+    every, every_attention, every_scores = translate(
+        texts,
+        model,
+        source,
+        target,
+        4,
+        return_attention=True,
+        return_scores=True,
+        return_all_beams=True,
+        **beam,
+    )
+    two, attention, scores = translate(
+        texts,
+        model,
+        source,
+        target,
+        4,
+        return_attention=True,
+        return_scores=True,
+        num_return_sequences=2,
+        **beam,
+    )
+    assert two == [beams[:2] for beams in every]
+    np.testing.assert_array_equal(scores, every_scores[:, :2])
+    np.testing.assert_array_equal(attention, every_attention[:, :2])
+    assert (
+        translate(
+            "hola", model, source, target, 4, num_return_sequences=2, **beam
+        )
+        == every[2][:2]
+    )
+    # Greedy: the one best, as a list of one.
+    greedy, greedy_scores = translate(
+        texts, model, source, target, 4, return_scores=True
+    )
+    one, one_scores = translate(
+        texts,
+        model,
+        source,
+        target,
+        4,
+        return_scores=True,
+        num_return_sequences=1,
+    )
+    assert one == [[text] for text in greedy]
+    np.testing.assert_array_equal(one_scores, greedy_scores[:, None])
+    empty = translate(
+        [],
+        model,
+        source,
+        target,
+        4,
+        return_scores=True,
+        num_return_sequences=2,
+        **beam,
+    )
+    assert empty[0] == [] and empty[1].shape == (0, 2)
+    with pytest.raises(ValueError) as caught:
+        translate(texts, model, source, target, 4, num_return_sequences=2)
+    assert str(caught.value) == (
+        "translate: `num_return_sequences` must be an integer in [1, 1]; "
+        "got 2 (int)."
+    )
+    with pytest.raises(ValueError) as caught:
+        translate(
+            texts,
+            model,
+            source,
+            target,
+            4,
+            num_return_sequences=2,
+            return_all_beams=True,
+            **beam,
+        )
+    assert str(caught.value) == (
+        "translate: pass `num_return_sequences` (the n best) or "
+        "`return_all_beams` (every beam), not both; got "
+        "num_return_sequences=2 and return_all_beams=True."
+    )

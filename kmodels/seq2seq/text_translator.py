@@ -104,7 +104,10 @@ def translate(
             `Translator.generate`'s: the log-probability, divided by
             `length ** length_penalty`).
         **options: the sampler's arguments (`num_beams`,
-            `return_all_beams`, `k`, `p`) and the constraints of
+            `return_all_beams`, `k`, `p`), `num_return_sequences` (an int
+            in `[1, num_beams]`, 1 but for beam search: the n best, as
+            the export serves them; not with `return_all_beams`) and the
+            constraints of
             `Translator.generate`, on target ids
             (`banned_ids=[target_processor.unk_id]` never produces
             `[UNK]`; `prefix=target_processor(...)` ids forces a start).
@@ -112,7 +115,9 @@ def translate(
     Returns:
         A str for a str, else a list of str; with
         `return_all_beams=True`, every beam, best first: a list of str
-        for a str, else a list of such lists. Then, as requested,
+        for a str, else a list of such lists; with
+        `num_return_sequences=n`, the n best the same way (also for
+        `n=1`). Then, as requested,
         `attention` (a float NumPy array `(batch, max_length,
         context_processor.max_length)`, with a beam axis after the batch
         for all beams) and `scores` (float32 `(batch,)` or `(batch,
@@ -148,10 +153,22 @@ def translate(
     )
     _check_pairing(translator, context_processor, target_processor)
     length = target_processor.max_length if max_length is None else max_length
+    count = options.pop("num_return_sequences", None)
     # Checked here too, before any text is processed.
     _, sampler_kwargs = constraints.split(
         options, length, translator.target_vocabulary_size, owner
     )
+    if count is not None:
+        count = _check_count(
+            count,
+            options,
+            sampler,
+            temperature,
+            seed,
+            sampler_kwargs,
+            translator.target_vocabulary_size,
+            owner,
+        )
     scalar = isinstance(texts, (str, bytes))
     tokens = context_processor(texts)
     options = dict(
@@ -178,6 +195,19 @@ def translate(
                 tokens, max_length=length, return_scores=True, **options
             ),
         )
+    if count is not None:
+        # The `count` best: a beam axis of `count`, also for one sequence.
+        if ids.ndim == 2:
+            ids, attention, scores = (
+                ids[:, None],
+                attention[:, None],
+                scores[:, None],
+            )
+        ids, attention, scores = (
+            ids[:, :count],
+            attention[:, :count],
+            scores[:, :count],
+        )
     if ids.ndim == 3:
         # Every beam: a list of translations per text.
         out = [target_processor.decode(row, separator=separator) for row in ids]
@@ -187,6 +217,50 @@ def translate(
         out = out[0]
     extras = (attention,) * return_attention + (scores,) * return_scores
     return (out, *extras) if extras else out
+
+
+def _check_count(
+    count,
+    options,
+    sampler,
+    temperature,
+    seed,
+    sampler_kwargs,
+    vocabulary,
+    owner,
+):
+    """`translate`'s `num_return_sequences` (Hugging Face's and the
+    export's name): an int in `[1, num_beams]` (1 for greedy decoding and
+    sampling), not with `return_all_beams` (keras-hub's). Asks a beam
+    search named `"beam"` for every beam when more than one is wanted.
+    Returns the count."""
+    if "return_all_beams" in options:
+        raise ValueError(
+            f"{owner}: pass `num_return_sequences` (the n best) or "
+            "`return_all_beams` (every beam), not both; got "
+            f"num_return_sequences={count!r} and "
+            f"return_all_beams={options['return_all_beams']!r}."
+        )
+    request = sampling.plan(
+        sampler, temperature or None, seed, sampler_kwargs, vocabulary, owner
+    )
+    count = check_int(
+        count,
+        "num_return_sequences",
+        owner,
+        1,
+        request.num_beams,
+        type_error=True,
+    )
+    if count > 1 and not request.return_all_beams:
+        if not isinstance(sampler, str):
+            raise ValueError(
+                f"{owner}: num_return_sequences={count} needs every beam "
+                "of the search: make the sampler with "
+                "return_all_beams=True, or pass sampler='beam'."
+            )
+        options["return_all_beams"] = sampler_kwargs["return_all_beams"] = True
+    return count
 
 
 def _sources_and_references(pairs, owner):
