@@ -82,6 +82,7 @@ out = served.translate(tf.constant(texts, tf.string))
 signature = served.signatures["translate"](tf.constant(texts[:3]))
 empty_batch = served.translate(tf.constant([], tf.string))
 nbest = served.signatures["nbest"](tf.constant(texts))
+aligned = served.signatures["attention"](tf.constant(texts[:5] + texts[-1:]))
 print(json.dumps({
     "translations": [s.decode("utf-8") for s in out.numpy().tolist()],
     "nbest": [
@@ -93,6 +94,11 @@ print(json.dumps({
         s.decode("utf-8") for s in signature["output_0"].numpy().tolist()
     ],
     "empty_batch_shape": list(empty_batch.shape),
+    "aligned": [
+        s.decode("utf-8") for s in aligned["translations"].numpy().tolist()
+    ],
+    "attention": aligned["attention"].numpy().tolist(),
+    "source_ids": aligned["source_ids"].numpy().tolist(),
     "imported": sorted(
         m for m in sys.modules
         if m.split(".")[0] in BLOCKED and sys.modules[m] is not None
@@ -185,6 +191,8 @@ def test_export_serves_repetition_penalty_and_prefix(
         served["nbest_scores"], scores[:, :count], rtol=1e-4, atol=1e-4
     )
     assert all(s.startswith("1999-") for beams in nbest for s in beams)
+    # The attention signature serves the same best strings, greedy or beam.
+    assert served["aligned"][:5] == [beams[0] for beams in nbest[:5]]
 
 
 @pytest.mark.cross_backend(
@@ -219,6 +227,20 @@ def test_export_serves_translate_strings_with_tensorflow_alone(exported):
         atol=1e-4,
     )
     assert np.all(np.isfinite(nbest_scores[:, :2]))
+    # The attention signature: the best translation's cross-attention, as
+    # `translate(..., return_attention=True)` returns it (float32 softmax
+    # weights, one loop against another: 1e-5); zeros for a text with no
+    # word.
+    best, weights = bundle.translate(
+        test_src[:5], return_attention=True, **SEARCH
+    )
+    assert served["aligned"] == best + [""]
+    attention = np.array(served["attention"])
+    np.testing.assert_allclose(attention[:5], weights, rtol=1e-5, atol=1e-5)
+    assert np.all(attention[5] == 0)
+    np.testing.assert_array_equal(
+        served["source_ids"][:5], bundle.context_processor(test_src[:5])
+    )
     # `translate`'s `num_return_sequences` gives the 2 best served.
     assert (
         bundle.translate(test_src[:50], num_return_sequences=2, **SEARCH)

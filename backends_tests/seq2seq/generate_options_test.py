@@ -596,3 +596,37 @@ def test_search_step_returns_generates_beams_under_the_new_processors(model):
     )
     np.testing.assert_array_equal(ids, expected[0][:, :3])
     np.testing.assert_allclose(scores, expected[2][:, :3], **SCORE_TOL)
+
+
+def test_search_step_returns_the_attention_of_its_sequences(model):
+    """`return_attention=True`: the cross-attention weights of the n best
+    (beam) or the one sequence (greedy), those `generate` returns."""
+    options = PROCESSOR_OPTIONS["prefix_penalty_and_all"]
+    ids, scores, attention = map(
+        np_,
+        model.search_step(
+            CONTEXT,
+            LENGTH,
+            "beam",
+            WIDE,
+            num_return_sequences=2,
+            return_attention=True,
+            **options,
+        ),
+    )
+    expected = _generate(
+        model, sampler="beam", num_beams=WIDE, return_all_beams=True, **options
+    )
+    np.testing.assert_array_equal(ids, expected[0][:, :2])
+    np.testing.assert_allclose(attention, expected[1][:, :2], **SCORE_TOL)
+    ids, _, attention = map(
+        np_, model.search_step(CONTEXT, LENGTH, return_attention=True)
+    )
+    greedy = _generate(model)
+    np.testing.assert_array_equal(ids[:, 0], greedy[0])
+    np.testing.assert_allclose(attention[:, 0], greedy[1], **SCORE_TOL)
+    with pytest.raises(TypeError) as caught:
+        model.search_step(CONTEXT, LENGTH, return_attention="yes")
+    assert str(caught.value).startswith(
+        "Translator.search_step: `return_attention` must be"
+    )

@@ -42,10 +42,14 @@ decodes:
    padding, `##` pieces glued to the piece before them (subwords), joined
    with the bundle's separator.
 
-Two signatures: `translate` (strings in, the best translation out) and
+Three signatures: `translate` (strings in, the best translation out),
 `nbest` (strings in, `{"translations": (batch, n) strings, "scores":
 (batch, n) float32}` out, best first; an empty text gives `""` at score
-`-inf`).
+`-inf`) and `attention` (strings in, `{"translations": (batch,) the best,
+"attention": (batch, max_length, s) float32, its cross-attention weights
+per output position over the source tokens, "source_ids": (batch, s)
+int32, those tokens}` out; zeros for an empty text): what
+`translate(..., return_attention=True)` returns, for alignments.
 
 A text with no word left after standardisation (`""`, `"日本"`), for which
 `TextProcessor` raises a `ValueError`, translates to `""` in the export (a
@@ -85,6 +89,8 @@ ENDPOINT = "translate"
 # The n-best strings and their scores: `{"translations": (batch, n),
 # "scores": (batch, n)}`.
 NBEST_ENDPOINT = "nbest"
+# The best translation with its attention weights and source ids.
+ATTENTION_ENDPOINT = "attention"
 
 
 def unsupported_keys(processor_config):
@@ -423,6 +429,25 @@ def _export(bundle_path, export_path, max_length=None, search=None):
         ids, _ = model.generate_step(tokens, max_length)
         return tf.where(empty, "", detokenize(tf.cast(ids, tf.int32)))
 
+    def attention(texts):
+        tokens, empty = tokenize(texts)
+        if search:
+            ids, _, weights = model.search_step(
+                tokens, max_length, return_attention=True, **search
+            )
+            ids, weights = ids[:, 0], weights[:, 0]
+        else:
+            ids, weights = model.generate_step(tokens, max_length)
+        strings = detokenize(tf.cast(ids, tf.int32))
+        weights = tf.cast(weights, tf.float32)
+        return {
+            "translations": tf.where(empty, "", strings),
+            "attention": tf.where(
+                empty[:, None, None], tf.zeros_like(weights), weights
+            ),
+            "source_ids": tf.cast(tokens, tf.int32),
+        }
+
     # Variables and lookup tables are tracked by the module (so saved with
     # it); one trace each, without autograph (the loops are explicit
     # `while_loop`s). `tokenize` and `detokenize` are the two text ends on
@@ -435,6 +460,9 @@ def _export(bundle_path, export_path, max_length=None, search=None):
         translate, input_signature=[texts], autograph=False
     )
     module.nbest = tf.function(nbest, input_signature=[texts], autograph=False)
+    module.attention = tf.function(
+        attention, input_signature=[texts], autograph=False
+    )
     module.tokenize = tf.function(
         lambda texts: tokenize(texts)[0],
         input_signature=[texts],
@@ -451,6 +479,7 @@ def _export(bundle_path, export_path, max_length=None, search=None):
         signatures={
             ENDPOINT: module.translate.get_concrete_function(),
             NBEST_ENDPOINT: module.nbest.get_concrete_function(),
+            ATTENTION_ENDPOINT: module.attention.get_concrete_function(),
         },
     )
 

@@ -497,10 +497,14 @@ def check_search(
     return request, count, limits
 
 
-def search(model, tokens, max_length, request, count, constraints):
+def search(
+    model, tokens, max_length, request, count, constraints, attention=False
+):
     """`Translator.search_step`'s loop, on arguments `check_search` has
-    checked: `(ids (batch, count, max_length), scores (batch, count))`."""
-    (ids, _, scores), _ = decode(
+    checked: `(ids (batch, count, max_length), scores (batch, count))`,
+    and with `attention` the cross-attention weights of each sequence,
+    `(batch, count, max_length, s)`, last."""
+    (ids, weights, scores), _ = decode(
         model,
         request.build(),
         ops.convert_to_tensor(tokens, "int32"),
@@ -514,8 +518,10 @@ def search(model, tokens, max_length, request, count, constraints):
     )
     if not request.return_all_beams:
         # Greedy decoding: one sequence.
-        return ids[:, None], scores[:, None]
-    return ids[:, :count], scores[:, :count]
+        out = ids[:, None], scores[:, None], weights[:, None]
+    else:
+        out = ids[:, :count], scores[:, :count], weights[:, :count]
+    return out if attention else out[:2]
 
 
 def step_loop(model, tokens, uniforms, temperature, max_length, sample):

@@ -264,6 +264,7 @@ class Generation:
         sampler="greedy",
         num_beams=4,
         num_return_sequences=1,
+        return_attention=False,
         **options,
     ):
         """The n best sequences of greedy decoding or beam search, in one
@@ -284,6 +285,9 @@ class Generation:
             num_beams: int >= 1, beam search's width (beam only).
             num_return_sequences: int in `[1, num_beams]` (1 for greedy),
                 the best sequences returned per row.
+            return_attention: bool, also return each sequence's
+                cross-attention weights, float32 `(batch,
+                num_return_sequences, max_length, s)`, last.
             **options: the decoding constraints of `generate`
                 (`length_penalty`, `min_length`, `no_repeat_ngram_size`,
                 `banned_ids`, `repetition_penalty`, `prefix`); another name
@@ -320,6 +324,18 @@ class Generation:
         if not self.built:
             shape = tuple(context_tokens.shape)
             self.build((shape, (shape[0], 1)))
+        return_attention = check_bool(
+            return_attention,
+            "return_attention",
+            "Translator.search_step",
+            type_error=True,
+        )
         return decoding.search(
-            self, context_tokens, max_length, request, count, limits
+            self,
+            context_tokens,
+            max_length,
+            request,
+            count,
+            limits,
+            attention=return_attention,
         )
