@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 
+from benchmarks import alternation
 from benchmarks import cases as cases_mod
 from benchmarks import report
 from benchmarks.child import PREFIX
@@ -257,6 +258,45 @@ def run_group(
             )
 
 
+def _alternate(results, selected, backends, args, timeout, console):
+    """`--pairs N`: the alternated pairs of `benchmarks.alternation`, for
+    the paired cases this run selected, added to the case's records."""
+    names = {c.name for c in selected}
+    keras_backends = [b for b in backends if b in cases_mod.KERAS_BACKENDS]
+    paired = [
+        p
+        for p in alternation.PAIRED
+        if p[0] in names and p[1] in names and p[2] in backends
+    ]
+
+    def run_case(backend, case):
+        got = []
+        console.print(f"pair: {backend} {case}")
+        run_group(
+            backend,
+            [case],
+            args.quick,
+            timeout,
+            got.append,
+            None,
+            None,
+            args.threads,
+        )
+        return got[0] if got else None
+
+    for case, reference, reference_backend in paired:
+        figures = alternation.run(
+            keras_backends,
+            args.pairs,
+            run_case,
+            [(case, reference, reference_backend)],
+        )
+        for record in results:
+            extra = figures.get((record["case"], record["backend"]))
+            if extra:
+                record.update(extra)
+
+
 def docs_path_for(quick, docs, no_docs, full_set):
     """The markdown file to update, or None: `--no-docs` wins, then an
     explicit `--docs`; by default only a full-size run of every case on
@@ -336,6 +376,15 @@ def parse_args(argv):
         "to N (and XLA's Eigen pool off for N=1; XLA's matmuls may still "
         "use more threads). Default: each library's own choice. On a busy "
         "machine torch's OpenMP threads spin and its times balloon.",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="after the run, N alternated pairs of children per backend for "
+        "the ratios whose cases cannot share a process (the Seq2Seq step "
+        "against the original tf.keras code): the median of the per-pair "
+        "ratios and their range are reported (benchmarks/alternation.py)",
     )
     parser.add_argument(
         "--no-docs", action="store_true", help="do not update the docs"
@@ -436,6 +485,9 @@ def main(argv=None):
             ]
             for future in futures:
                 future.result()
+
+    if args.pairs:
+        _alternate(results, selected, backends, args, timeout, console)
 
     meta = {
         "created": report.created(),
