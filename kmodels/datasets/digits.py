@@ -22,6 +22,7 @@ import gzip
 
 import numpy as np
 
+from kmodels.datasets.packaged import check_test_fraction
 from kmodels.datasets.packaged import package_file
 
 INSTALL = "pip install scikit-learn"
@@ -61,15 +62,7 @@ def load_data(test_fraction=0.2, seed=0):
         channel axis and scale for a model), labels uint8 `(n,)`. Each side
         keeps the file's order.
     """
-    if (
-        isinstance(test_fraction, bool)
-        or not isinstance(test_fraction, (int, float))
-        or not 0 < test_fraction < 1
-    ):
-        raise ValueError(
-            "`test_fraction` must be a float between 0 and 1 (exclusive); "
-            f"received test_fraction={test_fraction!r}"
-        )
+    check_test_fraction(test_fraction)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"`seed` must be an int; received seed={seed!r}")
     images, labels = load_images()

@@ -42,3 +42,17 @@ def package_file(package, relative, install, what):
             f"install the version kmodels reads with: {install}"
         )
     return path
+
+
+def check_test_fraction(test_fraction):
+    """Raises a `ValueError` unless `test_fraction` is a number in (0, 1)
+    (a split's held-out share)."""
+    if (
+        isinstance(test_fraction, bool)
+        or not isinstance(test_fraction, (int, float))
+        or not 0 < test_fraction < 1
+    ):
+        raise ValueError(
+            "`test_fraction` must be a float between 0 and 1 (exclusive); "
+            f"received test_fraction={test_fraction!r}"
+        )

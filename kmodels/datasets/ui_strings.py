@@ -24,6 +24,7 @@ import ast
 import pathlib
 import zlib
 
+from kmodels.datasets.packaged import check_test_fraction
 from kmodels.datasets.packaged import package_file
 
 INSTALL = 'pip install "django==5.2.*"'
@@ -162,15 +163,7 @@ def load_data(language="es", test_fraction=0.2):
         `(train, test)`: two lists of `(english, translation)` pairs, each
         sorted by the English string.
     """
-    if (
-        isinstance(test_fraction, bool)
-        or not isinstance(test_fraction, (int, float))
-        or not 0 < test_fraction < 1
-    ):
-        raise ValueError(
-            "`test_fraction` must be a float between 0 and 1 (exclusive); "
-            f"received test_fraction={test_fraction!r}"
-        )
+    check_test_fraction(test_fraction)
     pairs = load_pairs(language)
     test = [pair for pair in pairs if is_test(pair[0], test_fraction)]
     train = [pair for pair in pairs if not is_test(pair[0], test_fraction)]
