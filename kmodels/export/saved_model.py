@@ -42,14 +42,15 @@ decodes:
    padding, `##` pieces glued to the piece before them (subwords), joined
    with the bundle's separator.
 
-Three signatures: `translate` (strings in, the best translation out),
+Two signatures: `translate` (strings in, the best translation out) and
 `nbest` (strings in, `{"translations": (batch, n) strings, "scores":
-(batch, n) float32}` out, best first; an empty text gives `""` at score
-`-inf`) and `attention` (strings in, `{"translations": (batch,) the best,
-"attention": (batch, max_length, s) float32, its cross-attention weights
-per output position over the source tokens, "source_ids": (batch, s)
-int32, those tokens}` out; zeros for an empty text): what
-`translate(..., return_attention=True)` returns, for alignments.
+(batch, n) float32, "attention": (batch, n, max_length, s) float32,
+"source_ids": (batch, s) int32}` out, best first; an empty text gives `""`
+at score `-inf` with zero weights). `attention` holds each sequence's
+cross-attention weights per output position over the source tokens
+`source_ids`, what `translate(..., return_attention=True)` returns, for
+alignments: the same traced loop computes them, so they cost no trace of
+their own.
 
 A text with no word left after standardisation (`""`, `"日本"`), for which
 `TextProcessor` raises a `ValueError`, translates to `""` in the export (a
@@ -86,11 +87,10 @@ SUPPORTED_VALUES = {"tokenizer": ("word", "wordpiece")}
 # `MAX_BYTES_PER_WORD`, in a private module of keras-hub.
 MAX_BYTES_PER_WORD = 100
 ENDPOINT = "translate"
-# The n-best strings and their scores: `{"translations": (batch, n),
-# "scores": (batch, n)}`.
+# The n-best strings, their scores, attention weights and the source ids:
+# `{"translations": (batch, n), "scores": (batch, n), "attention": (batch,
+# n, max_length, s), "source_ids": (batch, s)}`.
 NBEST_ENDPOINT = "nbest"
-# The best translation with its attention weights and source ids.
-ATTENTION_ENDPOINT = "attention"
 
 
 def unsupported_keys(processor_config):
@@ -412,14 +412,20 @@ def _export(bundle_path, export_path, max_length=None, search=None):
 
     def nbest(texts):
         tokens, empty = tokenize(texts)
-        ids, scores = model.search_step(tokens, max_length, **search)
+        ids, scores, weights = model.search_step(
+            tokens, max_length, return_attention=True, **search
+        )
         count = ids.shape[1]
         ids = tf.reshape(tf.cast(ids, tf.int32), [-1, max_length])
         strings = tf.reshape(detokenize(ids), [-1, count])
-        empty = empty[:, None]
+        weights = tf.cast(weights, tf.float32)
         return {
-            "translations": tf.where(empty, "", strings),
-            "scores": tf.where(empty, float("-inf"), scores),
+            "translations": tf.where(empty[:, None], "", strings),
+            "scores": tf.where(empty[:, None], float("-inf"), scores),
+            "attention": tf.where(
+                empty[:, None, None, None], tf.zeros_like(weights), weights
+            ),
+            "source_ids": tf.cast(tokens, tf.int32),
         }
 
     def translate(texts):
@@ -428,25 +434,6 @@ def _export(bundle_path, export_path, max_length=None, search=None):
         tokens, empty = tokenize(texts)
         ids, _ = model.generate_step(tokens, max_length)
         return tf.where(empty, "", detokenize(tf.cast(ids, tf.int32)))
-
-    def attention(texts):
-        tokens, empty = tokenize(texts)
-        if search:
-            ids, _, weights = model.search_step(
-                tokens, max_length, return_attention=True, **search
-            )
-            ids, weights = ids[:, 0], weights[:, 0]
-        else:
-            ids, weights = model.generate_step(tokens, max_length)
-        strings = detokenize(tf.cast(ids, tf.int32))
-        weights = tf.cast(weights, tf.float32)
-        return {
-            "translations": tf.where(empty, "", strings),
-            "attention": tf.where(
-                empty[:, None, None], tf.zeros_like(weights), weights
-            ),
-            "source_ids": tf.cast(tokens, tf.int32),
-        }
 
     # Variables and lookup tables are tracked by the module (so saved with
     # it); one trace each, without autograph (the loops are explicit
@@ -460,9 +447,6 @@ def _export(bundle_path, export_path, max_length=None, search=None):
         translate, input_signature=[texts], autograph=False
     )
     module.nbest = tf.function(nbest, input_signature=[texts], autograph=False)
-    module.attention = tf.function(
-        attention, input_signature=[texts], autograph=False
-    )
     module.tokenize = tf.function(
         lambda texts: tokenize(texts)[0],
         input_signature=[texts],
@@ -479,7 +463,6 @@ def _export(bundle_path, export_path, max_length=None, search=None):
         signatures={
             ENDPOINT: module.translate.get_concrete_function(),
             NBEST_ENDPOINT: module.nbest.get_concrete_function(),
-            ATTENTION_ENDPOINT: module.attention.get_concrete_function(),
         },
     )
 
