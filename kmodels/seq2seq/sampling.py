@@ -305,3 +305,47 @@ def _instance_plan(
     if stream is None:
         seed = None
     return Plan(cls, config, temperature, seed, stream)
+
+
+def check_count(
+    count,
+    options,
+    sampler,
+    temperature,
+    seed,
+    sampler_kwargs,
+    vocabulary,
+    owner,
+):
+    """`translate`'s `num_return_sequences` (Hugging Face's and the
+    export's name): an int in `[1, num_beams]` (1 for greedy decoding and
+    sampling), not with `return_all_beams` (keras-hub's). Asks a beam
+    search named `"beam"` for every beam when more than one is wanted.
+    Returns the count."""
+    if "return_all_beams" in options:
+        raise ValueError(
+            f"{owner}: pass `num_return_sequences` (the n best) or "
+            "`return_all_beams` (every beam), not both; got "
+            f"num_return_sequences={count!r} and "
+            f"return_all_beams={options['return_all_beams']!r}."
+        )
+    request = plan(
+        sampler, temperature or None, seed, sampler_kwargs, vocabulary, owner
+    )
+    count = check_int(
+        count,
+        "num_return_sequences",
+        owner,
+        1,
+        request.num_beams,
+        type_error=True,
+    )
+    if count > 1 and not request.return_all_beams:
+        if not isinstance(sampler, str):
+            raise ValueError(
+                f"{owner}: num_return_sequences={count} needs every beam "
+                "of the search: make the sampler with "
+                "return_all_beams=True, or pass sampler='beam'."
+            )
+        options["return_all_beams"] = sampler_kwargs["return_all_beams"] = True
+    return count
