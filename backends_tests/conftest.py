@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from backends_tests import stall_watch  # noqa: E402
+from backends_tests import tf_data_guard  # noqa: E402
 from kmodels.testing.parity import ParityStore  # noqa: E402
 
 # The multi-device tests need the virtual devices above; the per-backend
@@ -41,6 +42,8 @@ def _version(dist):
 def pytest_configure(config):
     # Off unless KMODELS_TEST_STALL_SECONDS is set (stall_watch.py says why).
     stall_watch.register(config)
+    # TensorFlow: iterators a test leaves alive go at its end (why there).
+    tf_data_guard.register(config, keras.backend.backend())
 
 
 def pytest_report_header(config):

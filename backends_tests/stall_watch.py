@@ -21,6 +21,11 @@ there, one full collection, waiting on a `tf.data` iterator's destructor.
 docs/architecture.md, "Tests: where the time goes".
 
     KMODELS_TEST_STALL_SECONDS=12 tox -e tensorflow
+
+A diagnostic only, never on in CI: writing the stacks of threads that are
+running is not safe in CPython, and one full JAX run with it at 5 s died of
+a segmentation fault inside such a dump (2026-12-07; the run without it
+passed).
 """
 
 import faulthandler
