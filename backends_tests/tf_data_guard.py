@@ -16,13 +16,13 @@ seed's shape error (`losses_test`), 19 of 1,354 iterators. Collected at the
 end of the test that made them, the same destructors take well under a
 second (docs/architecture.md, "Tests: where the time goes").
 
-The guard keeps a weak reference to each iterator a test creates (by
-wrapping `OwnedIterator.__init__` in this test process only: TensorFlow
-offers no creation hook). When one is still alive after the test, it runs
-a young collection (about 0.01 s), which frees most, then a full one (0.5-2
-s) only if one is left. The terminal summary says how many tests needed
-it. The library itself is not changed: a user who keeps such an error
-meets the same wait (docs/architecture.md says what to do).
+The guard keeps a weak reference to each iterator a test makes from a
+dataset (by wrapping `OwnedIterator.__init__` in this test process only:
+TensorFlow offers no creation hook). When one is still alive after the
+test, it runs a young collection (about 0.01 s), which frees most, then a
+full one (0.5-2 s) only if one is left. The terminal summary says how many
+tests needed it. The library itself is not changed: a user who keeps such
+an error meets the same wait (docs/architecture.md says what to do).
 """
 
 import gc
@@ -35,9 +35,12 @@ _collected = []  # (test id, iterators alive at its end)
 
 
 def _track(init):
-    def tracked(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        _made.append(weakref.ref(self))
+    def tracked(self, dataset=None, **kwargs):
+        init(self, dataset=dataset, **kwargs)
+        # Only an iterator made from a dataset owns the iterator threads;
+        # `tf.function` rebuilds the ones it is given from their components.
+        if dataset is not None:
+            _made.append(weakref.ref(self))
 
     return tracked
 

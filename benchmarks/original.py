@@ -13,16 +13,16 @@ def fit_step(model, x, y):
     """One step of `model.fit` on the batch `(x, y)`, as a callable that
     blocks until the step is done.
 
-    The tutorial trains with `fit`, which makes one `tf.data` iterator per
-    epoch and runs the compiled train function on it once per step. Keras
-    2's `train_on_batch` makes and drops a `tf.data` iterator on every
-    call instead, and dropping it waits, at random, for the iterator's
-    autotune thread: on 2026-12-07 the tutorial's train step took 180-230
-    ms or 305-320 ms per `train_on_batch` call in the same process, while
-    its train function inside took 176-238 ms either way. That wait is the
-    harness's, not the model's, so the original is timed here as `fit`
-    runs it: one iterator over the batch repeated, the train function
-    called once per step (docs/benchmarks.md, "Issue 48")."""
+    The tutorial trains with `fit`, which makes its `tf.data` iterator once
+    and runs the compiled train function on it once per step. Keras 2's
+    `train_on_batch` makes and drops a `tf.data` iterator on every call
+    instead, which costs about 110 ms at random (most likely a wait for the
+    iterator's autotune thread): on 2026-12-07 the tutorial's train step
+    took 180-230 ms or 305-320 ms per `train_on_batch` call in the same
+    process, while its train function inside took 176-238 ms either way.
+    That cost is the harness's, not the model's, so the original is timed
+    here as `fit` runs it: one iterator over the batch repeated, the train
+    function called once per step (docs/benchmarks.md, "Issue 48")."""
     import tensorflow as tf
 
     function = model.make_train_function()
