@@ -246,6 +246,12 @@ def test_quick_growth_event_on_this_backend():
         assert record["trace_ms"] + record["compile_ms"] <= record["median_ms"]
     else:
         assert record["trace_ms"] is None and record["compile_ms"] is None
+    # Growth within the reserve, one round in a quick run: two growths,
+    # each a ratio of two timed first batches (positive; the earlier
+    # difference of whole fits went below 0 with noise).
+    assert record["reserve_growths"] == 2
+    assert all(r > 0 for r in record["reserve_step_ratios"])
+    assert record["reserve_recompiled"] == (0 if backend == "jax" else 2)
 
 
 def test_quick_run_end_to_end_in_a_subprocess(tmp_path):
