@@ -105,6 +105,16 @@ def _clear_keras_session():
 
 
 @pytest.fixture
+def no_first_reserve(monkeypatch):
+    """JAX's first reserve of small tables off
+    (`kmodels.backend.common.reserve.first_reserve`): the reserves are then
+    set by growths only, as the tests of their escalation count them."""
+    from kmodels.backend.common import reserve
+
+    monkeypatch.setattr(reserve, "FIRST_RESERVE_BYTES", 0)
+
+
+@pytest.fixture
 def randomize(rng):
     """Returns `fill(layer, scale=0.5)`: sets every weight of a built layer to
     uniform draws in `[-scale, scale]` (float64 copies are returned, in

@@ -218,6 +218,7 @@ def test_quick_case_on_this_backend():
     assert record["peak_rss_scope"] in ("case", "process")
 
 
+@pytest.mark.usefixtures("no_first_reserve")
 def test_quick_growth_event_on_this_backend():
     # The growth case through `kmodels.callbacks.EmbeddingGrowth` in
     # `fit`: each timed growth fit adds rows (the case raises otherwise).

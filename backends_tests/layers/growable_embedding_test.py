@@ -185,6 +185,7 @@ def test_rows_do_not_depend_on_capacity():
     assert np.abs(_table(large)).max() <= 0.05
 
 
+@pytest.mark.usefixtures("no_first_reserve")
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_growth_is_invisible(optimizer):
     x, y = _stream()
@@ -350,6 +351,7 @@ def test_callbacks_see_the_logical_table_during_fit():
     assert layer.capacity == 16 and _table(layer).shape == (16, 2)
 
 
+@pytest.mark.usefixtures("no_first_reserve")
 def test_large_growth_factors_reserve_at_most_four_times():
     # growth_factor=8: a growth passes any reserve of at most 4x the
     # capacity (JAX), so every growth recompiles, on every backend.
@@ -439,6 +441,7 @@ def test_refused_batch_after_a_padded_step_loses_nothing(tmp_path):
         np.testing.assert_allclose(got, want, atol=INVISIBLE_ATOL, rtol=0)
 
 
+@pytest.mark.usefixtures("no_first_reserve")
 def test_growth_count_is_logarithmic():
     layer = GrowableEmbedding(2, initial_capacity=2, optimizer="sgd", seed=0)
     model = _model(layer)

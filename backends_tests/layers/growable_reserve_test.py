@@ -81,6 +81,7 @@ def _state(table):
     ]
 
 
+@pytest.mark.usefixtures("no_first_reserve")
 def test_growth_within_the_reserve_is_a_value_update():
     table, model, growth, after = _trained(4)
     assert [e["to"] for e in growth.log] == [8, 16, 32, 64]
@@ -113,6 +114,7 @@ def test_growth_within_the_reserve_is_a_value_update():
     np.testing.assert_array_equal(trained, np.unique(IDS))
 
 
+@pytest.mark.usefixtures("no_first_reserve")
 def test_fresh_rows_are_drawn_once_per_reserve():
     # Every backend draws the values of new rows once per reserve, up to
     # its end, and never for a growth within it: 8 sets a reserve of 32
@@ -173,3 +175,35 @@ def test_torch_growth_within_the_reserve_copies_nothing():
     table.save_own_variables(store)
     assert store["embeddings"].shape == (64, 2)
     assert {w.shape[0] for w in table.get_weights() if w.ndim} == {64}
+
+
+def test_a_small_table_grows_into_its_first_reserve_compiling_once():
+    # Default settings: on JAX a table under `EmbeddingGrowth` holds a
+    # first reserve before it grows (`reserve.first_reserve`: up to
+    # FIRST_RESERVE_ROWS within FIRST_RESERVE_BYTES), so the four growths
+    # of IDS (4 -> 64 rows) trace and compile the step once. TensorFlow
+    # and torch keep no first reserve: each growth counts as a
+    # recompilation there (their reserves, past the first growth, are
+    # tested above).
+    from kmodels.backend.common import reserve
+
+    table, model, growth, after = _trained(4)
+    assert [e["to"] for e in growth.log] == [8, 16, 32, 64]
+    backend = keras.backend.backend()
+    if backend == "jax":
+        assert reserve.first_reserve(table, 4) == min(
+            reserve.FIRST_RESERVE_ROWS, reserve.FIRST_RESERVE_BYTES // (2 * 4)
+        )
+        assert growth.recompilations == 0
+        assert [a["traces"] for a in after] == [1] * len(IDS)
+        # No growth writes the trainer's state back.
+        assert len({a["syncs"] for a in after}) == 1
+    else:
+        assert growth.recompilations == growth.growths == 4
+    # Nothing lost: as a table pre-sized to 64 rows.
+    presized, _, _, _ = _trained(64)
+    for grown, expected in zip(_state(table), _state(presized)):
+        assert grown.shape == expected.shape
+        np.testing.assert_allclose(grown, expected, atol=INVISIBLE_ATOL, rtol=0)
+    # After `fit` the variables hold the capacity's rows only.
+    assert keras.ops.shape(table.embeddings.value)[0] == table.capacity == 64

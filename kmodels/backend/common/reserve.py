@@ -10,6 +10,13 @@ RESERVE_LIMIT)` times the capacity (two more growths), raised to the power
 reserve (a stream) reallocates a logarithmic number of times in its final
 size: 4x, 16x, 64x... As long as the reserve stays within RESERVE_BYTES;
 past that, it stays at the first multiple (memory).
+
+On JAX a table under `EmbeddingGrowth` also has a first reserve before it
+grows (`first_reserve`): up to FIRST_RESERVE_ROWS rows within
+FIRST_RESERVE_BYTES of table, so that a small table growing into it (a
+recommender's users and items arriving) compiles its train step once, not
+once per reserve (2026-12-07, the MovieLens-shaped stream: 1 XLA
+compilation per pass instead of 2-3; docs/growable_embedding.md).
 """
 
 import math
@@ -18,6 +25,10 @@ import numpy as np
 
 RESERVE_LIMIT = 4.0
 RESERVE_BYTES = 64 * 2**20
+# The first reserve (JAX): at most this many rows and bytes of table (its
+# optimizer slots and `trained_at` add to it). 0 turns it off.
+FIRST_RESERVE_BYTES = 2**20
+FIRST_RESERVE_ROWS = 4096
 
 
 def next_reserve(layer, capacity):
@@ -37,6 +48,18 @@ def next_reserve(layer, capacity):
         limit = max(int(limit), capacity)
         rows = limit if limit <= budget else min(rows, limit)
     return rows
+
+
+def first_reserve(layer, capacity):
+    """The rows of `layer`'s reserve before its first growth: its
+    `capacity`, or FIRST_RESERVE_ROWS when more, within FIRST_RESERVE_BYTES
+    of table and the layer's row limit."""
+    row_bytes = layer.output_dim * np.dtype(layer.variable_dtype).itemsize
+    rows = min(FIRST_RESERVE_BYTES // max(row_bytes, 1), FIRST_RESERVE_ROWS)
+    limit = layer.row_limit
+    if limit is not None:
+        rows = min(rows, int(limit))
+    return max(int(capacity), int(rows))
 
 
 def grown_variables(layer):

@@ -157,7 +157,8 @@ def capacity_of(variable):
 # ---------------------------------------------------- padded train state
 # Under `EmbeddingGrowth`, the jitted train step receives each table and
 # its slots padded to `compiled_rows(layer)`, the table's reserve
-# (`kmodels.backend.common.reserve`, set at a growth): the next growths
+# (`kmodels.backend.common.reserve`: the first one before any growth, the
+# next ones set at a growth past it): the next growths
 # fit in it and keep the compiled step (no retrace, no XLA
 # compilation). The model's variables keep the logical capacity: the
 # padding lives only in the state Keras' trainer passes from step to step
@@ -186,9 +187,9 @@ def compiled_rows(layer):
         return capacity
     rows = getattr(layer, "_kmodels_compiled_rows", None)
     if rows is None:
-        # No reserve until the table first grows: a table that never grows
-        # costs nothing.
-        rows = capacity
+        # Before the first growth: a small table gets the first reserve,
+        # so that growing into it compiles nothing.
+        rows = reserve.first_reserve(layer, capacity)
     elif rows < capacity:
         rows = reserve.next_reserve(layer, capacity)
     layer.__dict__["_kmodels_compiled_rows"] = rows
