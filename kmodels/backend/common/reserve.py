@@ -31,14 +31,19 @@ FIRST_RESERVE_BYTES = 2**20
 FIRST_RESERVE_ROWS = 4096
 
 
+def _row_bytes(layer):
+    """The bytes of one row of `layer`'s table (at least 1)."""
+    itemsize = np.dtype(layer.variable_dtype).itemsize
+    return max(layer.output_dim * itemsize, 1)
+
+
 def next_reserve(layer, capacity):
     """The rows of `layer`'s next reserve, from its `capacity`."""
     count = layer.__dict__.get("_kmodels_reserves", 0) + 1
     layer.__dict__["_kmodels_reserves"] = count
     factor = min(float(layer.growth_factor) ** 2, RESERVE_LIMIT)
     rows = int(math.ceil(capacity * factor))
-    row_bytes = layer.output_dim * np.dtype(layer.variable_dtype).itemsize
-    budget = max(rows, RESERVE_BYTES // max(row_bytes, 1))
+    budget = max(rows, RESERVE_BYTES // _row_bytes(layer))
     rows = min(int(math.ceil(capacity * factor**count)), budget)
     limit = layer.row_limit
     if limit is not None:
@@ -54,8 +59,7 @@ def first_reserve(layer, capacity):
     """The rows of `layer`'s reserve before its first growth: its
     `capacity`, or FIRST_RESERVE_ROWS when more, within FIRST_RESERVE_BYTES
     of table and the layer's row limit."""
-    row_bytes = layer.output_dim * np.dtype(layer.variable_dtype).itemsize
-    rows = min(FIRST_RESERVE_BYTES // max(row_bytes, 1), FIRST_RESERVE_ROWS)
+    rows = min(FIRST_RESERVE_BYTES // _row_bytes(layer), FIRST_RESERVE_ROWS)
     limit = layer.row_limit
     if limit is not None:
         rows = min(rows, int(limit))
