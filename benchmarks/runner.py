@@ -38,20 +38,24 @@ _MODULES = {
 }
 
 # Set by the test environments of tox.ini for speed; not for measuring.
-SLOW_XLA_FLAG = "--xla_backend_optimization_level"
+SLOW_XLA_FLAGS = (
+    "--xla_backend_optimization_level",
+    "--xla_cpu_use_fusion_emitters",
+)
 
 
 def xla_flags_warning(quick, environ):
     """The warning a full run prints when `environ`'s XLA_FLAGS change how
-    XLA optimises (None otherwise, and for `--quick` runs, whose figures
+    XLA compiles (None otherwise, and for `--quick` runs, whose figures
     are not kept)."""
     flags = environ.get("XLA_FLAGS", "")
-    if quick or SLOW_XLA_FLAG not in flags:
+    named = [f for f in SLOW_XLA_FLAGS if f in flags]
+    if quick or not named:
         return None
     return (
-        f"XLA_FLAGS sets {SLOW_XLA_FLAG} ({flags!r}): XLA compiles with "
-        "other optimisation than users get, so the figures are not "
-        "comparable with docs/benchmarks.md; unset it"
+        f"XLA_FLAGS sets {', '.join(named)} ({flags!r}): XLA compiles "
+        "otherwise than users get, so the figures are not comparable with "
+        "docs/benchmarks.md; unset it"
     )
 
 

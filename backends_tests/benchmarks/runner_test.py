@@ -325,6 +325,18 @@ def test_full_runs_warn_when_xla_optimises_otherwise():
         "('--a --xla_backend_optimization_level=0')"
     )
     assert message.endswith("unset it")
+    both = {
+        "XLA_FLAGS": "--xla_backend_optimization_level=0 "
+        "--xla_cpu_use_fusion_emitters=false"
+    }
+    assert runner.xla_flags_warning(False, both).startswith(
+        "XLA_FLAGS sets --xla_backend_optimization_level, "
+        "--xla_cpu_use_fusion_emitters ("
+    )
+    emitters = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false"}
+    assert runner.xla_flags_warning(False, emitters).startswith(
+        "XLA_FLAGS sets --xla_cpu_use_fusion_emitters ("
+    )
     # Quick runs (nothing kept) and other flags: no warning.
     assert runner.xla_flags_warning(True, slow) is None
     assert runner.xla_flags_warning(False, {"XLA_FLAGS": "--a"}) is None
