@@ -21,6 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from backends_tests import fast_exit  # noqa: E402
 from backends_tests import stall_watch  # noqa: E402
 from backends_tests import tf_data_guard  # noqa: E402
 from kmodels.testing.parity import ParityStore  # noqa: E402
@@ -44,6 +45,8 @@ def pytest_configure(config):
     stall_watch.register(config)
     # TensorFlow: iterators a test leaves alive go at its end (why there).
     tf_data_guard.register(config, keras.backend.backend())
+    # The process ends without the interpreter's teardown (why there).
+    fast_exit.register(config)
 
 
 def pytest_report_header(config):
