@@ -34,7 +34,8 @@ def data():
     rng = np.random.default_rng(11)
     steps = []
     for t in range(STEPS):
-        # The last batch is short: the ranks get 8 and 7 rows.
+        # The last batch is short: 2 ranks get 8 and 7 rows, 4 ranks 4, 4,
+        # 4 and 3.
         n = GLOBAL_BATCH - (t == STEPS - 1)
         ids = rng.integers(0, 5 + 9 * t, (n, BAG))
         keys = 10**12 + 7919 * rng.integers(4 * t, 4 * t + 16, (n, BAG))
@@ -86,19 +87,23 @@ def rank_rows(rank, world_size):
     return slice(rank * local, stop)
 
 
-def per_rank_mse(y_true, y_pred):
-    """What DDP trains with 2 ranks: the mean over the ranks of each rank's
-    mean squared error (the plain mean when both hold 8 rows, not when
-    they hold 8 and 7)."""
-    halves = [rank_rows(rank, 2) for rank in (0, 1)]
-    return keras.ops.mean(
-        keras.ops.stack(
-            [
-                keras.ops.mean(keras.ops.square(y_pred[h] - y_true[h]))
-                for h in halves
-            ]
+def per_rank_mse(world_size):
+    """The loss DDP trains with `world_size` ranks: the mean over the ranks
+    of each rank's mean squared error (the plain mean when every rank holds
+    the same number of rows, not in the short last batch)."""
+    parts = [rank_rows(rank, world_size) for rank in range(world_size)]
+
+    def loss(y_true, y_pred):
+        return keras.ops.mean(
+            keras.ops.stack(
+                [
+                    keras.ops.mean(keras.ops.square(y_pred[p] - y_true[p]))
+                    for p in parts
+                ]
+            )
         )
-    )
+
+    return loss
 
 
 def global_rows(index, table, keys):
@@ -125,17 +130,19 @@ def record(model, grown, bounded, index, prefix="weights"):
     return found
 
 
-def train_reference():
+def train_reference(world_size=2):
     """One process, plain Keras: `train_on_batch` on each global batch (the
     Keras optimizer applies the dense head and the tables' step counters),
-    with the loss DDP trains (`per_rank_mse`).
+    with the loss DDP trains with `world_size` ranks (`per_rank_mse`).
 
     Returns:
         `record(...)` after training, with the initial variables under
         `initial/`.
     """
     model, grown, bounded, index = build_model()
-    model.compile(keras.optimizers.SGD(LEARNING_RATE), loss=per_rank_mse)
+    model.compile(
+        keras.optimizers.SGD(LEARNING_RATE), loss=per_rank_mse(world_size)
+    )
     initial = record(model, grown, bounded, index, prefix="initial")
     for ids, keys, y in data():
         rows = global_rows(index, bounded, keys)
