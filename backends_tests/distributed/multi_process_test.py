@@ -12,6 +12,10 @@ backend; the user's tool is torch `DistributedDataParallel` (gloo) around
 the Keras model, which is a `torch.nn.Module` there. In the other sessions
 each test pins what its API does on that backend instead of relaunching
 the workers (3x the time for the same result).
+
+JAX also grows a row-sharded `GrowableEmbedding` inside `fit` across the
+2 processes (`workers/jax_growth_worker.py`), on two meshes, against a
+one-device reference trained in this session.
 """
 
 import os
@@ -144,7 +148,13 @@ def test_two_jax_processes_train_like_one_device(tmp_path):
     assert reference["global_devices"] == 1
     initial = _weights(reference, "initial")
     expected = _weights(reference, "reference")
-    assert max_abs_difference(expected, initial) > 1e-2
+    # Training moves the weights (the table on the rows it had at first).
+    moved = max(
+        np.max(np.abs(expected[path][: len(start)] - start))
+        for path, start in initial.items()
+        if start.ndim
+    )
+    assert moved > 1e-2
     tf_data = _weights(first, "tf_data")
     assert max_abs_difference(tf_data, expected) <= PARITY_ATOL
     # Both processes hold the same replicated weights, and the NumPy run
@@ -184,3 +194,57 @@ def test_torch_ddp_processes_train_like_one_process(tmp_path):
     assert max_abs_difference(weights, expected) <= PARITY_ATOL
     # DDP keeps the ranks identical: same averaged gradients, same steps.
     assert max_abs_difference(weights, _weights(second, "weights")) == 0.0
+
+
+def test_two_jax_processes_grow_a_row_sharded_table_inside_fit(tmp_path):
+    if BACKEND != "jax":
+        # Multi-process Keras is JAX's (keras.distribution.initialize,
+        # refused elsewhere: test_two_jax_processes_train_like_one_device).
+        # What kmodels does differently there, reading a batch that spans
+        # other processes' devices, is plain `convert_to_numpy` here.
+        from kmodels.backend import growth
+
+        ids = keras.ops.convert_to_tensor([[1, 2], [3, 4]], "int32")
+        np.testing.assert_array_equal(
+            growth.host_array(ids), keras.ops.convert_to_numpy(ids)
+        )
+        return
+    from backends_tests.distributed.workers import sharded_growth_task as task
+
+    coordinator = f"localhost:{_free_port()}"
+    multi = ["--num-processes", "2", "--coordinator", coordinator]
+    records = _launch(
+        "jax_growth_worker.py",
+        [multi + ["--process-id", "0"], multi + ["--process-id", "1"]],
+        tmp_path,
+    )
+    # The reference: one device, this session, no distribution.
+    model, table = task.build_model()
+    initial = {
+        v.path: keras.ops.convert_to_numpy(v.value) for v in model.variables
+    }
+    x, y = task.data()
+    task.train(model, x, y, task.GLOBAL_BATCH)
+    expected = {
+        v.path: keras.ops.convert_to_numpy(v.value) for v in model.variables
+    }
+    assert [e["to"] for e in table.growth_log] == [16, 32, 64]
+    # Training moves the weights (the table on the rows it had at first).
+    moved = max(
+        np.max(np.abs(expected[path][: len(start)] - start))
+        for path, start in initial.items()
+        if start.ndim
+    )
+    assert moved > 1e-2
+    # Mesh (1, 4): each process holds 2 of the 4 row shards (16 rows of
+    # 64 per device); mesh (2, 2): 32 rows per device, both processes hold
+    # the whole table.
+    for name, rows in (("whole", 16), ("split", 32)):
+        for record in records:
+            assert list(record[f"{name}/log"]) == [16, 32, 64]
+            assert str(record[f"{name}/spec"]) == "('model', None)"
+            assert list(record[f"{name}/local_rows"]) == [rows, rows]
+            weights = _weights(record, f"{name}/weights")
+            assert max_abs_difference(weights, expected) <= PARITY_ATOL
+        first, second = (_weights(r, f"{name}/weights") for r in records)
+        assert max_abs_difference(first, second) == 0.0

@@ -20,6 +20,8 @@ functions below:
   effects, so there the table and its slots are trainable variables with
   `overwrite_with_gradient=True` whose "gradient" is their updated value.
 - `is_concrete`: whether a tensor holds data (eager) or is being traced.
+- `host_array`: concrete ids as NumPy, gathered from every process where a
+  multi-process JAX batch spans other processes' devices.
 - `global_batches`: the whole global batches a step consumes (TensorFlow's
   `MirroredStrategy` hands the step per-replica slices; growth reads them
   joined).
@@ -230,6 +232,16 @@ def is_concrete(x):
     if isinstance(x, keras.KerasTensor):
         return False
     return native.growth.is_concrete(x)
+
+
+def host_array(x):
+    """`x` (concrete ids) as a NumPy array on this process, whole: under a
+    multi-process JAX distribution a batch can span devices of other
+    processes, and every process then gathers it (a collective, called
+    by every process in the same order, as their steps are). Keras'
+    `convert_to_numpy` elsewhere."""
+    gather = native_function("growth", "host_array")
+    return keras.ops.convert_to_numpy(x) if gather is None else gather(x)
 
 
 def global_batches(batches):

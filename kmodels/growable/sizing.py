@@ -9,6 +9,7 @@ import math
 import numpy as np
 from keras import ops
 
+from kmodels.backend import growth as growth_backend
 from kmodels.backend import table_replicas
 
 
@@ -61,7 +62,7 @@ def checked_ids(layer, ids):
     """`GrowableEmbedding.check_ids`: concrete ids as a NumPy integer
     array, or a `TypeError` (not integers) or `ValueError` (negative, or
     past the row limit)."""
-    ids = np.asarray(ops.convert_to_numpy(ids))
+    ids = np.asarray(growth_backend.host_array(ids))
     if not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(
             f"GrowableEmbedding '{layer.name}' expects integer ids; got "

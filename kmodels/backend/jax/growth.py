@@ -14,6 +14,16 @@ from kmodels.backend.common import reserve
 from kmodels.backend.jax import keras_internals as jax_internals
 
 
+def host_array(x):
+    # A global array of a multi-process run (keras.distribution.initialize)
+    # holds only this process's shards; every process gathers the whole.
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return keras.ops.convert_to_numpy(x)
+
+
 def table_is_trainable():
     # No side effects under `jax.jit`: the new rows travel back as the
     # cotangent of the table, and Keras' optimizer overwrites the variable
