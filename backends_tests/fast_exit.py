@@ -35,15 +35,11 @@ class _FastExit:
     def pytest_unconfigure(self, config):
         if self.session is None:
             return
-        status = int(self.session.exitstatus)
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            if stream is not None:
-                stream.flush()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             if stream is not None:
                 stream.flush()
-        os._exit(status)
+        os._exit(int(self.session.exitstatus))
 
 
 def register(config):
