@@ -630,3 +630,28 @@ def test_search_step_returns_the_attention_of_its_sequences(model):
     assert str(caught.value).startswith(
         "Translator.search_step: `return_attention` must be"
     )
+
+
+def test_num_return_sequences_is_the_best_of_every_beam(model):
+    # Hugging Face's name, beside keras-hub's `return_all_beams`: the n
+    # best beams, a sequence axis of n after the batch (also for n = 1).
+    beam = dict(sampler="beam", num_beams=WIDE)
+    every = _generate(model, return_all_beams=True, **beam)
+    best_two = _generate(model, num_return_sequences=2, **beam)
+    assert best_two[0].shape == (len(CONTEXT), 2, LENGTH)
+    for got, expected in zip(best_two, every):
+        np.testing.assert_array_equal(got, expected[:, :2])
+    greedy = _generate(model)
+    one = _generate(model, num_return_sequences=1)
+    for got, expected in zip(one, greedy):
+        np.testing.assert_array_equal(got, expected[:, None])
+    for kwargs, message in (
+        (dict(num_return_sequences=2), r"in \[1, 1\]; got 2"),
+        (dict(num_return_sequences=WIDE + 1, **beam), r"in \[1, "),
+        (
+            dict(num_return_sequences=2, return_all_beams=True, **beam),
+            "not both",
+        ),
+    ):
+        with pytest.raises(ValueError, match=message):
+            model.generate(CONTEXT, LENGTH, **kwargs)

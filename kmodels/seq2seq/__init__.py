@@ -22,7 +22,27 @@ __all__ = [
     "TextProcessor",
     "TextTranslator",
     "Translator",
+    "TranslatorBackbone",
+    "TranslatorSeq2SeqLM",
+    "TranslatorSeq2SeqLMPreprocessor",
     "adapt_threads_to_load",
     "masked_acc",
     "masked_loss",
 ]
+
+# The keras-hub task imports keras-hub (and TensorFlow with it): only when
+# one of its classes is asked for, not by `import kmodels.seq2seq`.
+_TASK = {
+    "TranslatorBackbone": "translator_backbone",
+    "TranslatorSeq2SeqLM": "translator_seq_2_seq_lm",
+    "TranslatorSeq2SeqLMPreprocessor": "translator_seq_2_seq_lm_preprocessor",
+}
+
+
+def __getattr__(name):
+    if name in _TASK:
+        import importlib
+
+        module = importlib.import_module(f"kmodels.seq2seq.{_TASK[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'kmodels.seq2seq' has no attribute {name!r}")

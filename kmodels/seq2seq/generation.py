@@ -141,7 +141,11 @@ class Generation:
             first): `(batch, num_beams, max_length)`, `(batch, num_beams,
             max_length, s)` and `(batch, num_beams)`. Beams beyond the
             number of distinct sequences the search could form score
-            `-inf`.
+            `-inf`. With `num_return_sequences=n` (an int in `[1,
+            num_beams]`, 1 but for beam search; Hugging Face's name, not
+            with `return_all_beams`): the n best, with a sequence axis of
+            n after the batch (also for `n=1`), as `return_all_beams`
+            returns every beam.
 
         Raises:
             TypeError: an argument of the wrong type (`max_length` 2.7,
@@ -183,9 +187,22 @@ class Generation:
         return_scores = check_bool(
             return_scores, "return_scores", owner, type_error=True
         )
+        count = options.pop("num_return_sequences", None)
         limits, sampler_kwargs = constraints.split(
             options, max_length, self.target_vocabulary_size, owner
         )
+        if count is not None:
+            # Hugging Face's name, beside keras-hub's `return_all_beams`.
+            count = sampling.check_count(
+                count,
+                options,
+                sampler,
+                temperature,
+                seed,
+                sampler_kwargs,
+                self.target_vocabulary_size,
+                owner,
+            )
         request = sampling.plan(
             sampler,
             temperature,
@@ -205,6 +222,14 @@ class Generation:
             outputs = decoding.call_loop(loop, request, tokens, limits)
         # Outputs, not graph nodes: torch's eager loop records gradients.
         ids, attention, scores = (ops.stop_gradient(x) for x in outputs)
+        if count is not None:
+            if not request.return_all_beams:
+                ids, attention, scores = (
+                    ops.expand_dims(x, 1) for x in (ids, attention, scores)
+                )
+            ids, attention, scores = (
+                x[:, :count] for x in (ids, attention, scores)
+            )
         if return_scores:
             return ids, attention, scores
         return ids, attention

@@ -1,0 +1,213 @@
+"""Two kmodels `TextProcessor`s as a keras-hub `Seq2SeqLMPreprocessor`."""
+
+import keras
+import keras_hub
+import numpy as np
+
+from kmodels.arguments import ArgumentTypeError
+from kmodels.arguments import check_str
+from kmodels.seq2seq.text_processor import TextProcessor
+from kmodels.seq2seq.translator_backbone import DECODER_IDS
+from kmodels.seq2seq.translator_backbone import ENCODER_IDS
+from kmodels.seq2seq.translator_backbone import TranslatorBackbone
+
+ENCODER_TEXT, DECODER_TEXT = "encoder_text", "decoder_text"
+
+
+def _processor(value, who):
+    if isinstance(value, dict):
+        value = TextProcessor.from_config(value)
+    if not isinstance(value, TextProcessor):
+        raise ValueError(
+            f"TranslatorSeq2SeqLMPreprocessor: `{who}` must be a "
+            "kmodels.seq2seq.TextProcessor (or its config); got "
+            f"{type(value).__name__}."
+        )
+    return value
+
+
+def _texts(value, who):
+    """`value` as a list of str (a str, bytes, a list, a NumPy or eager
+    TensorFlow string array), and whether it was one str."""
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    if isinstance(value, (str, bytes)):
+        return [_text(value, who, 0)], True
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
+    if not isinstance(value, (list, tuple)):
+        raise ArgumentTypeError(
+            f"TranslatorSeq2SeqLMPreprocessor expects `{who}` as a str or a "
+            f"sequence of str; got {type(value).__name__}. A tf.data pipeline "
+            "of strings is not supported: pass Python or NumPy strings, or "
+            "map the preprocessor's `context_processor` over your data first."
+        )
+    return [_text(t, who, i) for i, t in enumerate(value)], False
+
+
+def _text(value, who, i):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if not isinstance(value, str):
+        raise ArgumentTypeError(
+            f"TranslatorSeq2SeqLMPreprocessor: `{who}`[{i}] must be a str; "
+            f"got {value!r} ({type(value).__name__})."
+        )
+    return value
+
+
+@keras.saving.register_keras_serializable(package="kmodels")
+class TranslatorSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
+    """Strings to the ids a `TranslatorBackbone` reads, and back.
+
+    keras-hub's `Seq2SeqLMPreprocessor` with kmodels' text pipeline: the
+    source and the target side each have their own `TextProcessor`
+    (word-level or WordPiece, with its own vocabulary), so there is no
+    single `tokenizer` (it is `None`). Everything runs in Python on NumPy
+    arrays, the same on every backend; the SavedModel of
+    `TranslatorSeq2SeqLM.export` re-expresses it in TensorFlow ops.
+
+    Calling it on `{"encoder_text": sources, "decoder_text": targets}` (or
+    on `(sources, targets)` as `x` and `y`) returns keras-hub's `(x, y,
+    sample_weight)`: `x = {"encoder_token_ids": (batch, s), "decoder_token_ids":
+    (batch, t - 1)}`, `y` the target ids shifted by one and `sample_weight`
+    1.0 where `y` is a token, 0.0 on padding, with `s` and `t` the
+    processors' `max_length`.
+
+    Args:
+        context_processor: the adapted `TextProcessor` of the source side
+            (or its config).
+        target_processor: the adapted `TextProcessor` of the target side
+            (or its config).
+        separator: str joining the output tokens in `generate_postprocess`
+            (`" "` for words, `""` for the date task).
+        **kwargs: other `keras.layers.Layer` arguments (`name`).
+
+    Example:
+    >>> from kmodels.seq2seq import TextProcessor
+    >>> from kmodels.seq2seq import TranslatorSeq2SeqLMPreprocessor
+    >>> src, tgt = TextProcessor(6), TextProcessor(6)
+    >>> src.adapt(["hola casa"]); tgt.adapt(["hello house"])
+    >>> pre = TranslatorSeq2SeqLMPreprocessor(src, tgt)
+    >>> x, y, w = pre({"encoder_text": ["hola"], "decoder_text": ["hello"]})
+    >>> x["encoder_token_ids"].tolist(), y.tolist(), w.tolist()
+    ([[2, 5, 3, 0, 0, 0]], [[5, 3, 0, 0, 0]], [[1.0, 1.0, 0.0, 0.0, 0.0]])
+    """
+
+    backbone_cls = TranslatorBackbone
+    tokenizer_cls = None
+
+    def __init__(
+        self, context_processor, target_processor, separator=" ", **kwargs
+    ):
+        context_processor = _processor(context_processor, "context_processor")
+        target_processor = _processor(target_processor, "target_processor")
+        check_str(separator, "separator", "TranslatorSeq2SeqLMPreprocessor")
+        super().__init__(
+            tokenizer=None,
+            encoder_sequence_length=context_processor.max_length,
+            decoder_sequence_length=target_processor.max_length - 1,
+            **kwargs,
+        )
+        self.context_processor = context_processor
+        self.target_processor = target_processor
+        self.separator = separator
+
+    def build(self, input_shape):
+        # No packers: each TextProcessor pads to its own `max_length`.
+        self.built = True
+
+    def call(self, x, y=None, sample_weight=None, **kwargs):
+        if isinstance(x, dict):
+            if y is not None:
+                raise ValueError(
+                    "TranslatorSeq2SeqLMPreprocessor: with a dict `x` the "
+                    "targets are its 'decoder_text'; got a `y` too."
+                )
+            missing = {ENCODER_TEXT, DECODER_TEXT} - set(x)
+            if missing:
+                raise ValueError(
+                    "TranslatorSeq2SeqLMPreprocessor expects a dict with "
+                    f"'{ENCODER_TEXT}' and '{DECODER_TEXT}'; "
+                    f"{sorted(missing)} missing in {sorted(x)}."
+                )
+            sources, targets = x[ENCODER_TEXT], x[DECODER_TEXT]
+        elif y is not None:
+            sources, targets = x, y
+        else:
+            raise ValueError(
+                "TranslatorSeq2SeqLMPreprocessor expects "
+                f"{{'{ENCODER_TEXT}': sources, '{DECODER_TEXT}': targets}} "
+                "or sources as `x` and targets as `y`; got no targets."
+            )
+        sources, _ = _texts(sources, ENCODER_TEXT)
+        targets, _ = _texts(targets, DECODER_TEXT)
+        if len(sources) != len(targets):
+            raise ValueError(
+                "TranslatorSeq2SeqLMPreprocessor: sources and targets must "
+                f"pair up; got {len(sources)} sources and {len(targets)} "
+                "targets."
+            )
+        target = self.target_processor(targets)
+        y = target[:, 1:]
+        x = {
+            ENCODER_IDS: self.context_processor(sources),
+            DECODER_IDS: target[:, :-1],
+        }
+        weight = (y != self.target_processor.pad_id).astype("float32")
+        if sample_weight is not None:
+            weight = weight * np.asarray(sample_weight, "float32").reshape(
+                (-1, 1)
+            )
+        return keras.utils.pack_x_y_sample_weight(x, y, weight)
+
+    def generate_preprocess(self, x, **kwargs):
+        """The source ids of `x` (a str, a list of str, or a dict with
+        `"encoder_text"`, whose `"decoder_text"` prompts must be empty):
+        `{"encoder_token_ids": (batch, s) int32}`."""
+        if isinstance(x, dict):
+            prompts = x.get(DECODER_TEXT)
+            if prompts is not None:
+                prompts, _ = _texts(prompts, DECODER_TEXT)
+                if any(p for p in prompts):
+                    raise ValueError(
+                        "TranslatorSeq2SeqLM.generate does not take decoder "
+                        f"prompts ('{DECODER_TEXT}'); got {prompts[:3]!r}. "
+                        "Force the first target ids with "
+                        "`prefix=` (ids) instead."
+                    )
+            if ENCODER_TEXT not in x:
+                raise ValueError(
+                    "TranslatorSeq2SeqLMPreprocessor.generate_preprocess "
+                    f"expects '{ENCODER_TEXT}' in a dict; got {sorted(x)}."
+                )
+            x = x[ENCODER_TEXT]
+        texts, _ = _texts(x, ENCODER_TEXT)
+        return {ENCODER_IDS: self.context_processor(texts)}
+
+    def generate_postprocess(self, x):
+        """Strings from generated target ids (`(batch, length)`, or a dict
+        with `"decoder_token_ids"`), as `TextProcessor.decode` writes them
+        with this preprocessor's `separator`."""
+        if isinstance(x, dict):
+            x = x[DECODER_IDS]
+        return self.target_processor.decode(
+            keras.ops.convert_to_numpy(x), separator=self.separator
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        for key in (
+            "tokenizer",
+            "encoder_sequence_length",
+            "decoder_sequence_length",
+        ):
+            config.pop(key, None)
+        config.update(
+            {
+                "context_processor": self.context_processor.get_config(),
+                "target_processor": self.target_processor.get_config(),
+                "separator": self.separator,
+            }
+        )
+        return config
