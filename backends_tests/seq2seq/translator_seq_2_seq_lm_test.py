@@ -103,6 +103,26 @@ def test_the_task_trains_on_strings(trained):
     np.testing.assert_array_equal(np.argmax(logits, -1) * (y != 0), y)
 
 
+def test_keras_file_keeps_the_optimizer_state(trained, tmp_path):
+    # First after the fixture's `fit` (later tests recompile, which makes a
+    # new optimizer). The file says "auto" for `jit_compile`: each backend
+    # resolves it (never torch.compile on torch for a file saved on JAX).
+    lm, _ = trained
+    lm.save(str(tmp_path / "task.keras"))
+    again = keras.saving.load_model(str(tmp_path / "task.keras"))
+    assert type(again) is TranslatorSeq2SeqLM
+    assert again.get_compile_config()["jit_compile"] == "auto"
+    state = [np_(v) for v in lm.optimizer.variables]
+    assert len(state) == 2 + 2 * len(lm.trainable_weights)
+    assert len(again.optimizer.variables) == len(state)
+    for a, b in zip(
+        _weights(lm) + state,
+        _weights(again) + [np_(v) for v in again.optimizer.variables],
+    ):
+        np.testing.assert_array_equal(a, b)
+    assert again.generate(SOURCES) == TARGETS
+
+
 def test_generate_equals_translate(trained):
     lm, _ = trained
     bundle = lm.text_translator()
@@ -168,6 +188,10 @@ def test_stop_token_ids(trained):
             lm.generate(SOURCES, stop_token_ids=bad)
     with pytest.raises(ValueError, match="beam search takes only"):
         lm.generate(SOURCES, stop_token_ids=[end, int(house)], **BEAM)
+    with pytest.raises(ValueError, match="without attention or scores"):
+        lm.generate(
+            SOURCES, stop_token_ids=[end, int(house)], return_scores=True
+        )
     with pytest.raises(ValueError, match="must be >= 2"):
         lm.generate(SOURCES, max_length=1)
     with pytest.raises(ValueError, match="decoder prompts"):
@@ -177,15 +201,32 @@ def test_stop_token_ids(trained):
     assert lm.generate(empty) == TARGETS
 
 
-def test_ids_in_and_out_without_strings(trained):
+def test_preprocessed_ids_and_a_task_without_preprocessor(trained):
     lm, _ = trained
     ids = lm.preprocessor.generate_preprocess(SOURCES)
-    out = lm.generate(ids, max_length=8)
-    expected, _ = lm.backbone.translator.generate(
-        ids["encoder_token_ids"], max_length=7
+    assert lm.generate(ids) == TARGETS
+    texts, attention, scores = lm.generate(
+        ids, return_attention=True, return_scores=True, **BEAM
     )
-    np.testing.assert_array_equal(out["decoder_token_ids"], np_(expected))
+    expected = lm.generate(
+        SOURCES, return_attention=True, return_scores=True, **BEAM
+    )
+    assert texts == expected[0]
+    np.testing.assert_array_equal(attention, expected[1])
+    np.testing.assert_array_equal(scores, expected[2])
+    # Without a preprocessor: ids in, ids out (keras-hub's convention),
+    # those of the translator's own `generate`.
+    bare = TranslatorSeq2SeqLM(lm.backbone)
+    out = bare.generate(ids, max_length=8, return_scores=True)
+    own, _, own_scores = lm.backbone.translator.generate(
+        ids["encoder_token_ids"], max_length=7, return_scores=True
+    )
+    assert sorted(out) == ["decoder_token_ids", "scores"]
+    np.testing.assert_array_equal(out["decoder_token_ids"], np_(own))
+    np.testing.assert_array_equal(out["scores"], np_(own_scores))
     assert lm.preprocessor.generate_postprocess(out) == TARGETS
+    with pytest.raises(ValueError, match="`max_length` is required"):
+        bare.generate(ids)
 
 
 def test_bad_ids_are_refused_before_any_compiled_step(trained):
@@ -256,9 +297,10 @@ print(json.dumps({
 """
 
 
-@pytest.mark.slow(
-    reason="exports (a TensorFlow worker on JAX and torch) "
-    "and serves in a TensorFlow-only process"
+@pytest.mark.backend_independent(
+    reason="the task's export is TextTranslator.export of the backbone's "
+    "Translator, traced in TensorFlow whatever the backend (export_test.py "
+    "and subword_test.py serve those); 5-8 s a backend"
 )
 def test_export_serves_what_generate_returns(trained, tmp_path):
     lm, _ = trained

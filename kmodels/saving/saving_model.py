@@ -13,10 +13,10 @@ _COMPILE = inspect.signature(keras.Model.compile)
 
 class SavingModel:
     """Mixin of kmodels' `keras.Model` subclasses (`Translator`,
-    `Autoencoder`): atomic `save`, and a compile config that resumes
-    training on every backend: it names the portable `keras.optimizers`
-    class, and keeps `jit_compile="auto"` as "auto". Put it before
-    `keras.Model` in the bases.
+    `Autoencoder`, `TranslatorSeq2SeqLM`): atomic `save`, and a compile
+    config that resumes training on every backend: it names the portable
+    `keras.optimizers` class, and keeps `jit_compile="auto"` as "auto".
+    Put it before `keras.Model` in the bases.
 
     Keras records the value "auto" resolved to on the saving backend: a
     model compiled with the default on JAX (or, with kmodels' models, on
@@ -27,7 +27,10 @@ class SavingModel:
     """
 
     def compile(self, *args, **kwargs):
-        bound = _COMPILE.bind(self, *args, **kwargs)
+        # Arguments `keras.Model.compile` does not have are a subclass's
+        # (keras-hub's `sampler`), passed on.
+        known = {k: v for k, v in kwargs.items() if k in _COMPILE.parameters}
+        bound = _COMPILE.bind(self, *args, **known)
         self._jit_compile_was_auto = (
             bound.arguments.get("jit_compile", "auto") == "auto"
         )

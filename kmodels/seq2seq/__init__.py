@@ -1,6 +1,10 @@
 """Sequence-to-sequence with attention (the TensorFlow NMT tutorial's model)
 in Keras 3, the same on TensorFlow, JAX and torch."""
 
+import importlib
+
+import keras
+
 from kmodels.seq2seq.autoencoder import Autoencoder
 from kmodels.seq2seq.cross_attention import CrossAttention
 from kmodels.seq2seq.decoder import Decoder
@@ -39,10 +43,35 @@ _TASK = {
 }
 
 
+def _task_class(name):
+    module = importlib.import_module(f"kmodels.seq2seq.{_TASK[name]}")
+    return getattr(module, name)
+
+
 def __getattr__(name):
     if name in _TASK:
-        import importlib
-
-        module = importlib.import_module(f"kmodels.seq2seq.{_TASK[name]}")
-        return getattr(module, name)
+        return _task_class(name)
     raise AttributeError(f"module 'kmodels.seq2seq' has no attribute {name!r}")
+
+
+def _register_on_use(name):
+    """Registers a stand-in for a task class under its Keras name, so that
+    `import kmodels` alone loads a `.keras` file that holds one: Keras
+    calls its `from_config`, which imports the real class (that import
+    registers the real class in its place). keras-hub's `from_preset`
+    needs the real class: import it first (docs/seq2seq.md)."""
+
+    class OnUse:
+        @classmethod
+        def from_config(cls, config):
+            return _task_class(name).from_config(config)
+
+    OnUse.__name__ = OnUse.__qualname__ = name
+    registered = f"kmodels>{name}"
+    objects = keras.saving.get_custom_objects()
+    if registered not in objects:
+        objects[registered] = OnUse
+
+
+for _name in _TASK:
+    _register_on_use(_name)

@@ -24,7 +24,7 @@ class TranslatorBackbone(keras_hub.models.Backbone):
 
     `TranslatorSeq2SeqLM` wraps it with a `TranslatorSeq2SeqLMPreprocessor`;
     `save_to_preset` / `from_preset` write and read its config and weights
-    (`import kmodels.seq2seq` first, which registers the class).
+    (import this class first: keras-hub finds it in Keras' registry).
 
     Args:
         context_vocabulary_size: int >= 1, the source ids.

@@ -7,6 +7,7 @@ import numpy as np
 from kmodels.arguments import check_bool
 from kmodels.contracts.checks import check_translator_inputs
 from kmodels.contracts.hook import ContractModel
+from kmodels.saving.saving_model import SavingModel
 from kmodels.seq2seq import sampling
 from kmodels.seq2seq.text_translator import TextTranslator
 from kmodels.seq2seq.text_translator import translate
@@ -52,7 +53,7 @@ def _are_arrays(x):
 
 @keras.saving.register_keras_serializable(package="kmodels")
 class TranslatorSeq2SeqLM(
-    ContractModel, _ArrayData, keras_hub.models.Seq2SeqLM
+    ContractModel, SavingModel, _ArrayData, keras_hub.models.Seq2SeqLM
 ):
     """kmodels' translator as a keras-hub `Seq2SeqLM`: strings in, strings
     out, `compile(sampler=...)`, presets.
@@ -78,8 +79,9 @@ class TranslatorSeq2SeqLM(
 
     `save_to_preset(folder)` writes keras-hub's preset files and
     `keras_hub.models.Seq2SeqLM.from_preset(folder)` (or this class's)
-    reads them back on any backend, once `kmodels.seq2seq` is imported
-    (which registers the classes with Keras). `export(path)` writes the
+    reads them back on any backend, once this class is imported (keras-hub
+    finds it in Keras' registry; a `.keras` file of the task loads after
+    `import kmodels` alone). `export(path)` writes the
     TensorFlow-only SavedModel of `TextTranslator.export`, n-best and
     attention included.
 
@@ -281,8 +283,9 @@ class TranslatorSeq2SeqLM(
             A str for a str, else a list of str (with several sequences
             per input, a list per input), as `TextTranslator.translate`;
             with `return_attention` / `return_scores`, a tuple as
-            `translate`'s. Without a preprocessor, or for preprocessed
-            inputs, `{"decoder_token_ids": (batch, max_length - 1) int32}`.
+            `translate`'s; the same for preprocessed inputs. Without a
+            preprocessor, `{"decoder_token_ids": (batch, max_length - 1)
+            int32}`, with `"attention"` and `"scores"` as requested.
 
         Raises:
             TypeError / ValueError: as `TextTranslator.translate`, and
@@ -321,8 +324,7 @@ class TranslatorSeq2SeqLM(
         preprocessed = isinstance(inputs, dict) and ENCODER_IDS in inputs
         if self.preprocessor is None or preprocessed:
             ids = inputs[ENCODER_IDS] if preprocessed else inputs
-            out = translator.generate(ids, max_length=max_length - 1, **options)
-            return {DECODER_IDS: self._stopped(out[0], stops)}
+            return self._generate_ids(ids, max_length, stops, options)
         texts = inputs
         if isinstance(inputs, dict):
             # Refuses decoder prompts; keeps a single str a single str.
@@ -376,7 +378,56 @@ class TranslatorSeq2SeqLM(
                 f"{_OWNER}: beam search takes only the [END] id as "
                 f"`stop_token_ids`; got {stop_token_ids!r}."
             )
+        asked = [
+            key
+            for key in (
+                "return_attention",
+                "return_scores",
+                "num_return_sequences",
+                "return_all_beams",
+            )
+            if options.get(key)
+        ]
+        if extra and asked:
+            raise ValueError(
+                f"{_OWNER}: `stop_token_ids` with ids besides [END] returns "
+                f"one translation per input, without attention or scores; "
+                f"got {', '.join(asked)}."
+            )
         return extra
+
+    def _generate_ids(self, ids, max_length, stops, options):
+        """`generate` of source ids: strings with a preprocessor, else
+        `{"decoder_token_ids", "attention", "scores"}` (the last two as
+        requested)."""
+        return_attention = check_bool(
+            options.pop("return_attention", False),
+            "return_attention",
+            _OWNER,
+            type_error=True,
+        )
+        return_scores = options.pop("return_scores", False)
+        ids, attention, *scores = (
+            keras.ops.convert_to_numpy(x)
+            for x in self.backbone.translator.generate(
+                ids,
+                max_length=max_length - 1,
+                return_scores=return_scores,
+                **options,
+            )
+        )
+        ids = self._stopped(ids, stops)
+        if self.preprocessor is None:
+            out = {DECODER_IDS: ids}
+            if return_attention:
+                out["attention"] = attention
+            if return_scores:
+                out["scores"] = scores[0]
+            return out
+        decode = self.preprocessor.generate_postprocess
+        texts = [decode(row) for row in ids] if ids.ndim == 3 else decode(ids)
+        extras = (attention,) * return_attention + tuple(scores)
+        return (texts, *extras) if extras else texts
 
     def _stopped(self, ids, stops):
         """`ids` cut after the first id of `stops` in each row (the stop
@@ -390,16 +441,6 @@ class TranslatorSeq2SeqLM(
         return ids
 
     def _translate_with_stops(self, texts, max_length, stops, options):
-        extras = [
-            key
-            for key in ("return_attention", "return_scores")
-            if options.get(key)
-        ]
-        if extras or options.get("num_return_sequences") is not None:
-            raise ValueError(
-                f"{_OWNER}: `stop_token_ids` with ids besides [END] returns "
-                f"translations only; got {extras or 'num_return_sequences'}."
-            )
         scalar = isinstance(texts, (str, bytes))
         pre = self.preprocessor
         ids, _ = self.backbone.translator.generate(
