@@ -248,3 +248,34 @@ def test_two_jax_processes_grow_a_row_sharded_table_inside_fit(tmp_path):
             assert max_abs_difference(weights, expected) <= PARITY_ATOL
         first, second = (_weights(r, f"{name}/weights") for r in records)
         assert max_abs_difference(first, second) == 0.0
+
+
+def test_a_refusal_in_one_process_stops_every_process(tmp_path):
+    if BACKEND != "jax":
+        # One process: the agreement is this process's own answer.
+        from kmodels.backend.contracts import processes_refusing
+
+        assert processes_refusing(True) == [0]
+        assert processes_refusing(False) == []
+        return
+    # Mesh (2, 2), the batch split between the processes: process 1 alone
+    # holds a bad id. Both refuse before any step (process 0 used to wait
+    # in the step's collectives for process 1 forever).
+    coordinator = f"localhost:{_free_port()}"
+    multi = ["--num-processes", "2", "--coordinator", coordinator]
+    bad = ["--bad-id-in", "1"]
+    records = _launch(
+        "jax_growth_worker.py",
+        [
+            multi + ["--process-id", "0"] + bad,
+            multi + ["--process-id", "1"] + bad,
+        ],
+        tmp_path,
+    )
+    first, second = (str(r["error"]) for r in records)
+    # Process 1: the layer's own refusal; process 0: the agreement's.
+    assert second.endswith("expects ids >= 0; got -1."), second
+    assert first.startswith("kmodels: process 1 refused its part"), first
+    for record in records:
+        assert int(record["capacity"]) == 4
+        assert int(record["iterations"]) == 0

@@ -35,6 +35,7 @@ import numpy as np
 from kmodels.backend import keras_internals
 from kmodels.backend import steps
 from kmodels.backend.contracts import local_numpy
+from kmodels.backend.contracts import processes_refusing
 from kmodels.backend.replicas import in_replica_function
 from kmodels.contracts import checks
 from kmodels.contracts.structure import path_to
@@ -180,9 +181,29 @@ def _entry(model, name, x, y, training):
         stack.enter_context(running(model, name))
         arrays = _are_arrays(x, y)
         if arrays:
-            model._kmodels_check_batch(x, y, training)
+            _check_in_every_process(model, x, y, training)
         stack.enter_context(_prechecked(model, arrays))
         return stack.pop_all()
+
+
+def _check_in_every_process(model, x, y, training):
+    """`model._kmodels_check_batch` on this process's part of a batch; with
+    several processes (JAX), every process then learns whether another
+    refused its part, and raises too: a process that went on would wait
+    for the refusing one in the step's collectives forever."""
+    try:
+        model._kmodels_check_batch(x, y, training)
+    except Exception:
+        processes_refusing(True)
+        raise
+    refusing = processes_refusing(False)
+    if refusing:
+        raise ValueError(
+            f"kmodels: process {', '.join(map(str, refusing))} refused its "
+            f"part of the batch of model '{model.name}' (its own error "
+            "says why); this process's part passed the checks. Nothing "
+            "ran in any process."
+        )
 
 
 class _ContractHook(steps.StepHook):
@@ -204,7 +225,7 @@ class _ContractHook(steps.StepHook):
             x, y, _ = keras.utils.unpack_x_y_sample_weight(
                 keras.tree.map_structure(_local, batch)
             )
-            model._kmodels_check_batch(x, y, step.training)
+            _check_in_every_process(model, x, y, step.training)
 
     def scope(self):
         return checks.checked()

@@ -17,7 +17,8 @@ table's rows sharded over the mesh's "model" axis
   between the processes, each passing its half of every global batch.
 Writes, per run, the growth log, the table's sharding, the rows each of
 this process's devices holds and every variable (gathered whole) to
-OUT.npz.
+OUT.npz. With `--bad-id-in P`, process P puts a bad id in its part of the
+split run instead, and each process writes the error it raised.
 """
 
 import argparse
@@ -36,6 +37,9 @@ def main():
     parser.add_argument("--num-processes", type=int, required=True)
     parser.add_argument("--process-id", type=int, required=True)
     parser.add_argument("--coordinator", required=True)
+    # Refusal run: this process puts a negative id in its part of the
+    # first batch (mesh (2, 2) only); every process records what it raised.
+    parser.add_argument("--bad-id-in", type=int, default=None)
     args = parser.parse_args()
 
     from kmodels.distributed import virtual_cpu_devices
@@ -75,6 +79,23 @@ def main():
         local = task.GLOBAL_BATCH // args.num_processes
         rows = np.arange(len(array)).reshape(-1, args.num_processes, local)
         return rows[:, args.process_id].reshape(-1), local
+
+    if args.bad_id_in is not None:
+        distribute((2, 2))
+        model, table = task.build_model()
+        rows, local = mine(x)
+        x_mine = x[rows].copy()
+        if args.process_id == args.bad_id_in:
+            x_mine[0, 0] = -1
+        try:
+            task.train(model, x_mine, y[rows], local)
+            record["error"] = np.array("")
+        except ValueError as error:
+            record["error"] = np.array(str(error))
+        record["capacity"] = np.array(table.capacity)
+        record["iterations"] = np.array(int(model.optimizer.iterations))
+        np.savez(args.out, **record)
+        return
 
     for name, shape in (("whole", (1, 4)), ("split", (2, 2))):
         distribute(shape)

@@ -17,3 +17,14 @@ def local_numpy(x):
         shards.setdefault((start or 0, str(shard.index)), shard.data)
     parts = [np.asarray(data) for _, data in sorted(shards.items())]
     return np.concatenate(parts, axis=0) if parts[0].ndim else parts[0]
+
+
+def processes_refusing(refused):
+    if jax.process_count() == 1:
+        return [0] if refused else []
+    from jax.experimental import multihost_utils
+
+    flags = multihost_utils.process_allgather(
+        np.array([int(bool(refused))], "int32")
+    )
+    return [int(i) for i in np.flatnonzero(np.asarray(flags).reshape(-1))]
