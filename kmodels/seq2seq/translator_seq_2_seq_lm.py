@@ -17,6 +17,7 @@ from kmodels.seq2seq.translator_backbone import TranslatorBackbone
 from kmodels.seq2seq.translator_seq_2_seq_lm_preprocessor import (
     TranslatorSeq2SeqLMPreprocessor,
 )
+from kmodels.seq2seq.translator_seq_2_seq_lm_preprocessor import _texts
 
 _OWNER = "TranslatorSeq2SeqLM.generate"
 
@@ -28,7 +29,10 @@ def _has_text(x):
         return any(_has_text(v) for v in x)
     if isinstance(x, (str, bytes)):
         return True
-    return isinstance(x, np.ndarray) and x.dtype.kind in "USO"
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "USO"
+    # A string tensor of a tf.data pipeline (`tf.string`).
+    return getattr(getattr(x, "dtype", None), "name", None) == "string"
 
 
 class _ArrayData:
@@ -325,6 +329,10 @@ class TranslatorSeq2SeqLM(
         if self.preprocessor is None or preprocessed:
             ids = inputs[ENCODER_IDS] if preprocessed else inputs
             return self._generate_ids(ids, max_length, stops, options)
+        if hasattr(inputs, "as_numpy_iterator"):
+            # A tf.data dataset of batches, as keras-hub's `generate` takes
+            # it: translated as one list.
+            inputs = _dataset_texts(inputs)
         texts = inputs
         if isinstance(inputs, dict):
             # Refuses decoder prompts; keeps a single str a single str.
@@ -469,6 +477,15 @@ class TranslatorSeq2SeqLM(
                 f"decoder's [START] too, so it must be >= 2; got {max_length}."
             )
         return bundle.export(filepath, max_length=max_length - 1, **kwargs)
+
+
+def _dataset_texts(dataset):
+    texts = []
+    for batch in dataset.as_numpy_iterator():
+        if isinstance(batch, dict):
+            batch = batch["encoder_text"]
+        texts.extend(_texts(batch, "encoder_text")[0])
+    return texts
 
 
 def _describe(x):

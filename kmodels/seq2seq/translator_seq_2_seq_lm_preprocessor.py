@@ -1,5 +1,7 @@
 """Two kmodels `TextProcessor`s as a keras-hub `Seq2SeqLMPreprocessor`."""
 
+import sys
+
 import keras
 import keras_hub
 import numpy as np
@@ -38,11 +40,16 @@ def _texts(value, who):
     if not isinstance(value, (list, tuple)):
         raise ArgumentTypeError(
             f"TranslatorSeq2SeqLMPreprocessor expects `{who}` as a str or a "
-            f"sequence of str; got {type(value).__name__}. A tf.data pipeline "
-            "of strings is not supported: pass Python or NumPy strings, or "
-            "map the preprocessor's `context_processor` over your data first."
+            f"sequence of str; got {type(value).__name__}."
         )
     return [_text(t, who, i) for i, t in enumerate(value)], False
+
+
+def _in_graph(value):
+    """True for a symbolic TensorFlow tensor (a `tf.data` map, a
+    `tf.function`): no values to read in Python."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and tf.is_tensor(value) and not tf.executing_eagerly()
 
 
 def _text(value, who, i):
@@ -140,6 +147,8 @@ class TranslatorSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
                 f"{{'{ENCODER_TEXT}': sources, '{DECODER_TEXT}': targets}} "
                 "or sources as `x` and targets as `y`; got no targets."
             )
+        if _in_graph(sources) or _in_graph(targets):
+            return self._call_in_graph(sources, targets, sample_weight)
         sources, _ = _texts(sources, ENCODER_TEXT)
         targets, _ = _texts(targets, DECODER_TEXT)
         if len(sources) != len(targets):
@@ -159,6 +168,35 @@ class TranslatorSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
             weight = weight * np.asarray(sample_weight, "float32").reshape(
                 (-1, 1)
             )
+        return keras.utils.pack_x_y_sample_weight(x, y, weight)
+
+    def _call_in_graph(self, sources, targets, sample_weight):
+        """`call` on the string tensors of a `tf.data` pipeline (keras-hub's
+        `fit` maps its preprocessor over the dataset): the Python text
+        pipeline runs through `tf.numpy_function`, so the ids are those
+        of the eager call, on every backend."""
+        # The data pipeline only (like `keras.layers.TextVectorization`):
+        # never in a compiled model step.
+        import tensorflow as tf
+
+        def run(source_texts, target_texts):
+            x, y, weight = self.call(source_texts, target_texts)
+            return x[ENCODER_IDS], x[DECODER_IDS], y, weight
+
+        encoder, decoder, y, weight = tf.numpy_function(
+            run,
+            [sources, targets],
+            [tf.int32, tf.int32, tf.int32, tf.float32],
+            stateful=False,
+        )
+        encoder.set_shape([None, self.encoder_sequence_length])
+        for tensor in (decoder, y, weight):
+            tensor.set_shape([None, self.decoder_sequence_length])
+        if sample_weight is not None:
+            weight = weight * tf.reshape(
+                tf.cast(sample_weight, tf.float32), [-1, 1]
+            )
+        x = {ENCODER_IDS: encoder, DECODER_IDS: decoder}
         return keras.utils.pack_x_y_sample_weight(x, y, weight)
 
     def generate_preprocess(self, x, **kwargs):
