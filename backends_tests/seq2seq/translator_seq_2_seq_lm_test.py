@@ -253,6 +253,44 @@ def test_bad_ids_are_refused_before_any_compiled_step(trained):
         lm.preprocessor(SOURCES[:2], TARGETS[:1])
 
 
+def test_sequence_lengths_resize_the_processors(trained):
+    lm, _ = trained
+    pre = TranslatorSeq2SeqLMPreprocessor.from_config(
+        lm.preprocessor.get_config()
+    )
+    assert (pre.encoder_sequence_length, pre.decoder_sequence_length) == (8, 7)
+    # keras-hub's `sequence_length` is the decoder's: 4 decoder ids, so
+    # target rows of [START], at most 3 words and [END].
+    pre.sequence_length = 4
+    pre.encoder_sequence_length = 5
+    assert pre.target_processor.max_length == 5
+    assert (
+        pre.context_processor.vocabulary
+        == lm.preprocessor.context_processor.vocabulary
+    )
+    x, y, _ = pre(PAIRS)
+    assert x["encoder_token_ids"].shape == (6, 5)
+    assert x["decoder_token_ids"].shape == y.shape == (6, 4)
+    # The oracle: the words of the full-length rows, cut to 3.
+    full = lm.preprocessor.target_processor(TARGETS)
+    start, end = pre.target_processor.start_id, pre.target_processor.end_id
+    for row, long_row in zip(y, full):
+        words = [i for i in long_row[1:] if i not in (0, end)][:3]
+        expected = words + [end] + [0] * (4 - len(words) - 1)
+        assert row.tolist() == expected
+    assert (x["decoder_token_ids"][:, 0] == start).all()
+    with pytest.raises(ValueError, match="decoder_sequence_length"):
+        pre.decoder_sequence_length = 1
+    with pytest.raises(ValueError, match="encoder_sequence_length"):
+        pre.encoder_sequence_length = 2.5
+    assert pre.decoder_sequence_length == 4
+    # As keras-hub's constructor arguments too.
+    again = TranslatorSeq2SeqLMPreprocessor(
+        pre.context_processor, pre.target_processor, decoder_sequence_length=6
+    )
+    assert again.target_processor.max_length == 7
+
+
 def test_a_tf_data_dataset_of_strings_trains_as_arrays_do():
     # keras-hub's `fit` maps the preprocessor over a tf.data dataset; the
     # Python text pipeline runs there through `tf.numpy_function`. Same
@@ -293,8 +331,11 @@ def test_preset_round_trip(trained, tmp_path):
     backbone = keras_hub.models.Backbone.from_preset(str(tmp_path))
     assert type(backbone) is TranslatorBackbone
     assert backbone.get_config() == lm.backbone.get_config()
-    pre = keras_hub.models.Seq2SeqLMPreprocessor.from_preset(str(tmp_path))
+    pre = keras_hub.models.Seq2SeqLMPreprocessor.from_preset(
+        str(tmp_path), decoder_sequence_length=4
+    )
     assert type(pre) is TranslatorSeq2SeqLMPreprocessor
+    assert pre.decoder_sequence_length == 4
     # The bundle API and the task are one model.
     task = TranslatorSeq2SeqLM.from_text_translator(lm.text_translator())
     assert task.generate(SOURCES, **BEAM) == lm.generate(SOURCES, **BEAM)

@@ -7,6 +7,7 @@ import keras_hub
 import numpy as np
 
 from kmodels.arguments import ArgumentTypeError
+from kmodels.arguments import check_int
 from kmodels.arguments import check_str
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator_backbone import DECODER_IDS
@@ -43,6 +44,19 @@ def _texts(value, who):
             f"sequence of str; got {type(value).__name__}."
         )
     return [_text(t, who, i) for i, t in enumerate(value)], False
+
+
+def _resized(processor, length, extra, who):
+    """`processor` with `max_length = length + extra` (`extra`: the target
+    row's `[END]` beyond the decoder's ids), the same vocabulary."""
+    length = check_int(
+        length, who, "TranslatorSeq2SeqLMPreprocessor", 3 - extra
+    )
+    if length + extra == processor.max_length:
+        return processor
+    return TextProcessor.from_config(
+        dict(processor.get_config(), max_length=length + extra)
+    )
 
 
 def _in_graph(value):
@@ -105,20 +119,61 @@ class TranslatorSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
     tokenizer_cls = None
 
     def __init__(
-        self, context_processor, target_processor, separator=" ", **kwargs
+        self,
+        context_processor,
+        target_processor,
+        separator=" ",
+        encoder_sequence_length=None,
+        decoder_sequence_length=None,
+        **kwargs,
     ):
         context_processor = _processor(context_processor, "context_processor")
         target_processor = _processor(target_processor, "target_processor")
         check_str(separator, "separator", "TranslatorSeq2SeqLMPreprocessor")
-        super().__init__(
-            tokenizer=None,
-            encoder_sequence_length=context_processor.max_length,
-            decoder_sequence_length=target_processor.max_length - 1,
-            **kwargs,
-        )
+        super().__init__(tokenizer=None, **kwargs)
         self.context_processor = context_processor
         self.target_processor = target_processor
         self.separator = separator
+        # keras-hub's length arguments (`from_preset(...,
+        # decoder_sequence_length=...)`) resize the processors.
+        if encoder_sequence_length is not None:
+            self.encoder_sequence_length = encoder_sequence_length
+        if decoder_sequence_length is not None:
+            self.decoder_sequence_length = decoder_sequence_length
+
+    # keras-hub's lengths are the processors' own: setting one makes the
+    # processor pad and truncate to it (same vocabulary), never a length
+    # reported but not applied.
+    @property
+    def encoder_sequence_length(self):
+        """Ids per source row (the context processor's `max_length`)."""
+        processor = getattr(self, "context_processor", None)
+        return None if processor is None else processor.max_length
+
+    @encoder_sequence_length.setter
+    def encoder_sequence_length(self, value):
+        processor = getattr(self, "context_processor", None)
+        if processor is None:
+            return  # keras-hub's `__init__`, before the processors
+        self.context_processor = _resized(
+            processor, value, 0, "encoder_sequence_length"
+        )
+
+    @property
+    def decoder_sequence_length(self):
+        """Decoder ids per target row in training (`[START]` and the
+        words; the target processor's `max_length - 1`)."""
+        processor = getattr(self, "target_processor", None)
+        return None if processor is None else processor.max_length - 1
+
+    @decoder_sequence_length.setter
+    def decoder_sequence_length(self, value):
+        processor = getattr(self, "target_processor", None)
+        if processor is None:
+            return
+        self.target_processor = _resized(
+            processor, value, 1, "decoder_sequence_length"
+        )
 
     def build(self, input_shape):
         # No packers: each TextProcessor pads to its own `max_length`.
