@@ -140,9 +140,9 @@ def histories(users, items, recent, length):
     return bags
 
 
-def _schedule(steps):
+def _schedule(steps, learning_rate=LEARNING_RATE):
     return keras.optimizers.schedules.ExponentialDecay(
-        LEARNING_RATE, decay_steps=steps, decay_rate=0.3
+        learning_rate, decay_steps=steps, decay_rate=0.3
     )
 
 
@@ -160,9 +160,9 @@ def _inputs(history_length):
     }
 
 
-def _compile(model, steps):
+def _compile(model, steps, learning_rate=LEARNING_RATE):
     model.compile(
-        optimizer=keras.optimizers.Adagrad(_schedule(steps)),
+        optimizer=keras.optimizers.Adagrad(_schedule(steps, learning_rate)),
         loss=keras.losses.BinaryCrossentropy(from_logits=True),
     )
     return model
@@ -176,24 +176,31 @@ def growing_model(
     seed=0,
     eviction="lru",
     min_count=1,
+    user_index=None,
+    learning_rate=LEARNING_RATE,
 ):
     """User table (at most `user_rows` rows, the users the `eviction`
     policy picks evicted, a user admitted at its `min_count`-th appearance)
     and one item table shared by the history bag and the candidate, both
-    growing, both following the model's Adagrad."""
+    growing, both following the model's Adagrad. `user_index`: a
+    `KeyIndex` of the user table's own (then `user_rows`, `eviction` and
+    `min_count` are not used). `learning_rate`: Adagrad's, decayed to 0.3
+    of it over `steps`."""
     init = keras.initializers.RandomNormal(0.0, 0.1)
+    if user_index is None:
+        user_index = KeyIndex(
+            "int64",
+            max_capacity=user_rows,
+            eviction=eviction,
+            min_count=min_count,
+        )
     users = GrowableEmbedding(
         embedding_dim,
         initial_capacity=16,
         optimizer=None,
         embeddings_initializer=init,
         seed=2 * seed,
-        key_index=KeyIndex(
-            "int64",
-            max_capacity=user_rows,
-            eviction=eviction,
-            min_count=min_count,
-        ),
+        key_index=user_index,
         name="users",
     )
     items = GrowableEmbedding(
@@ -210,11 +217,21 @@ def growing_model(
     x = _inputs(history_length)
     history, candidate = items([x["history"], x["item"]])
     logits = _score(users(x["user"]) + history, candidate)
-    return _compile(keras.Model(x, logits, name="growing_recommender"), steps)
+    return _compile(
+        keras.Model(x, logits, name="growing_recommender"),
+        steps,
+        learning_rate,
+    )
 
 
 def presized_model(
-    num_users, num_items, embedding_dim, history_length, steps, seed=0
+    num_users,
+    num_items,
+    embedding_dim,
+    history_length,
+    steps,
+    seed=0,
+    learning_rate=LEARNING_RATE,
 ):
     """The same model on `keras.layers.Embedding` tables sized in advance
     (`num_users`, `num_items` rows, row 0 reserved)."""
@@ -240,7 +257,11 @@ def presized_model(
     count = keras.ops.maximum(keras.ops.sum(weight, axis=1, keepdims=True), 1)
     candidate = keras.ops.squeeze(items(x["item"]), axis=1)
     logits = _score(users(x["user"]) + total / count, candidate)
-    return _compile(keras.Model(x, logits, name="presized_recommender"), steps)
+    return _compile(
+        keras.Model(x, logits, name="presized_recommender"),
+        steps,
+        learning_rate,
+    )
 
 
 def hit_rate_at_10(model, held_out, num_items):
@@ -272,12 +293,12 @@ def _hit_or_nan(model, held_out, rows, num_items):
     return hit_rate_at_10(model, [part[rows] for part in held_out], num_items)
 
 
-def _batches(rng, users, bags, items, negatives, epochs):
-    """`epochs` shuffles of the interactions in batches of `BATCH` rows:
+def _batches(rng, users, bags, items, negatives, epochs, batch=BATCH):
+    """`epochs` shuffles of the interactions in batches of `batch` rows:
     each interaction with its positive item (label 1) and its negative
-    (label 0) in the same batch, so a batch holds at most `BATCH // 2`
+    (label 0) in the same batch, so a batch holds at most `batch // 2`
     users. Users are raw keys."""
-    half = BATCH // 2
+    half = batch // 2
     batches = []
     for _ in range(epochs):
         order = rng.permutation(len(users))

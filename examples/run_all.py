@@ -5,8 +5,9 @@
 
 For each backend, a fresh Python process (the backend is fixed when Keras is
 imported) prints the backend and versions, checks Keras layers against the
-NumPy oracle, then runs the seq2seq, position-embedding, recommender and digits
-(a tiny ViT on real images) demos.
+NumPy oracle, then runs the seq2seq, position-embedding, recommender,
+digits (a tiny ViT on real images) and MovieLens (next-movie
+recommendation on real ratings, replayed in time) demos.
 The parent process then compares the oracle-check outputs across backends.
 """
 
@@ -26,6 +27,7 @@ DEMOS = {
     "position": "examples.position_embedding",
     "recommender": "examples.growing_recommender",
     "digits": "examples.digits_vit",
+    "movielens": "examples.movielens_recommender",
 }
 # Demos that take `--out DIR` (the seq2seq demo saves its attention heat map).
 WRITES_FILES = ("seq2seq",)

@@ -248,7 +248,7 @@ def _node_ids(node):
 def _concatenated(x, locators):
     return np.concatenate(
         [
-            np.asarray(keras.ops.convert_to_numpy(f(x))).reshape(-1)
+            np.asarray(growth_backend.host_array(f(x))).reshape(-1)
             for f in locators
         ]
     )

@@ -9,6 +9,7 @@ import torch
 from kmodels.backend import keras_internals
 from kmodels.backend.common import reserve
 from kmodels.backend.torch import table_replicas
+from kmodels.backend.torch.contracts import local_numpy
 
 
 def resize_variable(variable, value):
@@ -18,6 +19,12 @@ def resize_variable(variable, value):
         value, dtype=parameter.dtype, device=parameter.device
     )
     keras_internals.set_variable_shape(variable, value.shape)
+
+
+def host_array(x):
+    # The ids a step checks, read as the contracts' checks read a batch
+    # (`Tensor.numpy()`, no NumPy 2 warning per step).
+    return local_numpy(x)
 
 
 def append_rows(variable, rows):
