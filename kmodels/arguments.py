@@ -194,3 +194,31 @@ def _bounds(minimum, maximum):
     if maximum is not None:
         return f" <= {maximum}"
     return ""
+
+
+def check_texts(texts, who):
+    """Returns `(list_of_str, was_scalar)`; bytes are decoded as UTF-8."""
+    scalar = isinstance(texts, (str, bytes))
+    if scalar:
+        texts = [texts]
+    elif isinstance(texts, np.ndarray):
+        texts = texts.reshape(-1).tolist()
+    else:
+        try:
+            texts = list(texts)
+        except TypeError:
+            raise ValueError(
+                f"{who} expects a string or a sequence of strings; got "
+                f"{type(texts).__name__}."
+            ) from None
+    out = []
+    for i, text in enumerate(texts):
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        if not isinstance(text, str):
+            raise ValueError(
+                f"{who} expects strings; item {i} is "
+                f"{type(text).__name__} ({text!r})."
+            )
+        out.append(text)
+    return out, scalar

@@ -82,7 +82,10 @@ TEXT_FILE = "text.json"
 SUPPORTED_KEYS = frozenset(
     ("max_length", "punctuation", "keep_digits", "split_digits", "vocabulary")
 )
-SUPPORTED_VALUES = {"tokenizer": ("word", "wordpiece")}
+SUPPORTED_VALUES = {
+    "tokenizer": ("word", "wordpiece"),
+    "standardize": ("tutorial",),
+}
 # WordPiece's longest word in UTF-8 bytes (longer: `[UNK]`): keras-hub's
 # `MAX_BYTES_PER_WORD`, in a private module of keras-hub.
 MAX_BYTES_PER_WORD = 100

@@ -22,7 +22,10 @@ import keras
 import numpy as np
 
 from kmodels.arguments import check_bool
+from kmodels.arguments import check_choice
 from kmodels.arguments import check_int
+from kmodels.arguments import check_texts
+from kmodels.seq2seq import unicode_text
 from kmodels.seq2seq.masking import PAD_ID
 
 PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
@@ -32,38 +35,13 @@ UNK_ID, START_ID, END_ID = 1, 2, 3
 # The padding token's name in the WordPiece vocabulary (`set_vocabulary`).
 WORD_PIECE_PAD = "[PAD]"
 TOKENIZERS = ("word", "wordpiece")
+STANDARDIZATIONS = ("tutorial", "unicode")
+# The tutorial's punctuation, `TextProcessor`'s default.
+TUTORIAL_PUNCTUATION = ".?!,¿"
 # Marks a WordPiece that continues the previous one: "cats" -> cat ##s.
 SUFFIX = "##"
 # Between a digit and a letter: "3rd" -> "3 rd" with `split_digits=True`.
 _DIGIT_LETTER = re.compile(r"(?<=[0-9])(?=[a-z])|(?<=[a-z])(?=[0-9])")
-
-
-def _as_list(texts, who):
-    """Returns `(list_of_str, was_scalar)`; bytes are decoded as UTF-8."""
-    scalar = isinstance(texts, (str, bytes))
-    if scalar:
-        texts = [texts]
-    elif isinstance(texts, np.ndarray):
-        texts = texts.reshape(-1).tolist()
-    else:
-        try:
-            texts = list(texts)
-        except TypeError:
-            raise ValueError(
-                f"{who} expects a string or a sequence of strings; got "
-                f"{type(texts).__name__}."
-            ) from None
-    out = []
-    for i, text in enumerate(texts):
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        if not isinstance(text, str):
-            raise ValueError(
-                f"{who} expects strings; item {i} is "
-                f"{type(text).__name__} ({text!r})."
-            )
-        out.append(text)
-    return out, scalar
 
 
 class TextProcessor:
@@ -88,6 +66,19 @@ class TextProcessor:
             tokens first), e.g. to restore a saved processor.
         tokenizer: `"word"` (whole words, the default) or `"wordpiece"`
             (subword pieces learned by keras-hub's WordPiece trainer).
+        standardize: `"tutorial"` (the default: the rules above) or
+            `"unicode"`, for real text: NFC, case and accents kept, every
+            punctuation mark or symbol a token, placeholders and markup
+            whole tokens, the spacing kept (`[JOIN]` and `[SPACE]`
+            tokens where it differs from the usual rule) and restored by
+            `decode`; `kmodels/seq2seq/unicode_text.py` has the rules.
+            Words only (`tokenizer="word"`), with the default
+            `punctuation`, `keep_digits` and `split_digits`; not
+            exported to a SavedModel yet.
+        placeholders: with `standardize="unicode"`, the regular
+            expressions of protected tokens; `None` (the default): printf
+            conversions (`%(name)s`, `%s`), brace fields (`{name}`,
+            `{0}`), HTML tags and entities; `()`: none.
 
     Example:
     >>> p = TextProcessor(max_length=8)
@@ -98,6 +89,10 @@ class TextProcessor:
     [[2, 7, 6, 5, 3, 0, 0, 0]]
     >>> p.decode([[2, 7, 6, 5, 3, 0, 0, 0]])
     ['esta en casa']
+
+    >>> u = TextProcessor(standardize="unicode")  # real text
+    >>> u.tokenize("Sí, <b>%s</b>!")[1:-1]
+    ['Sí', ',', '<b>', '[JOIN]', '%s', '[JOIN]', '</b>', '!']
 
     >>> w = TextProcessor(max_length=12, tokenizer="wordpiece")  # subwords
     >>> w.adapt(["the cat sat", "a tall act"])
@@ -116,11 +111,13 @@ class TextProcessor:
     def __init__(
         self,
         max_length=64,
-        punctuation=".?!,¿",
+        punctuation=TUTORIAL_PUNCTUATION,
         keep_digits=False,
         split_digits=False,
         vocabulary=None,
         tokenizer="word",
+        standardize="tutorial",
+        placeholders=None,
     ):
         owner = "TextProcessor"
         # [START], [END] and at least one word.
@@ -139,6 +136,21 @@ class TextProcessor:
                 f"{owner}: `tokenizer` must be one of {list(TOKENIZERS)}; got "
                 f"{tokenizer!r} ({type(tokenizer).__name__})."
             )
+        standardize = check_choice(
+            standardize, "standardize", owner, STANDARDIZATIONS
+        )
+        # The scanner of standardize="unicode" (None: the tutorial's).
+        placeholders, self._scanner = unicode_text.checked_settings(
+            standardize,
+            placeholders,
+            owner,
+            tokenizer=(tokenizer, "word"),
+            punctuation=(punctuation, TUTORIAL_PUNCTUATION),
+            keep_digits=(keep_digits, False),
+            split_digits=(split_digits, False),
+        )
+        self.standardize_mode = standardize
+        self.placeholders = placeholders
         if vocabulary is not None and (
             isinstance(vocabulary, (str, bytes))
             or not isinstance(vocabulary, (list, tuple, np.ndarray))
@@ -168,6 +180,8 @@ class TextProcessor:
     # Text -> words ---------------------------------------------------------
 
     def _words(self, text):
+        if self._scanner is not None:
+            return unicode_text.tokens(text, self._scanner)
         text = unicodedata.normalize("NFKD", text).lower()
         text = re.sub(r"\s", " ", text)
         text = self._drop.sub("", text)
@@ -187,7 +201,7 @@ class TextProcessor:
             A str for a str, else a list of str, e.g. `"[START] ¿ todavia
             esta en casa ? [END]"`. Not truncated (see `tokenize`).
         """
-        texts, scalar = _as_list(texts, "TextProcessor.standardize")
+        texts, scalar = check_texts(texts, "TextProcessor.standardize")
         out = [" ".join([START, *self._words(t), END]) for t in texts]
         return out[0] if scalar else out
 
@@ -207,7 +221,7 @@ class TextProcessor:
             ValueError: a text is empty after standardisation, or (subwords
                 only) the processor has no vocabulary yet.
         """
-        texts, scalar = _as_list(texts, "TextProcessor")
+        texts, scalar = check_texts(texts, "TextProcessor")
         words = self._text_words(texts)
         if self.tokenizer == "wordpiece":
             self._check_adapted()
@@ -227,11 +241,15 @@ class TextProcessor:
         for i, text in enumerate(texts):
             words = self._words(text)
             if not words:
+                rules = (
+                    "NFC, whitespace dropped"
+                    if self._scanner is not None
+                    else f"NFKD, lower case, keep {self._kept}"
+                )
                 raise ValueError(
                     f"TextProcessor got an empty text at index {i} "
                     f"({text!r}): no word is left after standardisation "
-                    f"(NFKD, lower case, keep {self._kept}), so "
-                    "there is nothing to encode."
+                    f"({rules}), so there is nothing to encode."
                 )
             out.append(words)
         return out
@@ -271,7 +289,7 @@ class TextProcessor:
                 had digits, dropped unless `keep_digits=True`), or
                 `max_tokens` too small.
         """
-        texts, _ = _as_list(texts, "TextProcessor.adapt")
+        texts, _ = check_texts(texts, "TextProcessor.adapt")
         if max_tokens is not None:
             max_tokens = check_int(
                 max_tokens, "max_tokens", "TextProcessor.adapt", None
@@ -303,6 +321,11 @@ class TextProcessor:
         if self.tokenizer == "wordpiece":
             pieces = self._learn_pieces(counts, max_tokens)
         else:
+            if self._scanner is not None:
+                # The spacing markers first: a text's spacing never reads
+                # [UNK], also when the texts adapted on had no such pair.
+                markers = list(unicode_text.MARKERS)
+                words = markers + [w for w in words if w not in markers]
             pieces = words
             if max_tokens is not None:
                 pieces = words[: max_tokens - len(RESERVED)]
@@ -424,7 +447,7 @@ class TextProcessor:
             ValueError: a text is empty after standardisation.
         """
         self._check_adapted()
-        texts, _ = _as_list(texts, "TextProcessor")
+        texts, _ = check_texts(texts, "TextProcessor")
         if not texts:
             return np.zeros((0, self.max_length), "int32")
         if self.tokenizer == "wordpiece":
@@ -456,6 +479,10 @@ class TextProcessor:
         (`cat ##s` -> `cats`, as keras-hub's `detokenize`; a row that starts
         with one keeps it as is), then the words are joined by `separator`.
 
+        With `standardize="unicode"` the words are joined with the text's
+        own spacing (`[JOIN]` and `[SPACE]` applied), and `separator` must
+        be `" "`.
+
         Args:
             ids: ints of shape `(batch, length)` (or `(length,)`, which
                 gives one str).
@@ -469,6 +496,12 @@ class TextProcessor:
             ValueError: an id is outside `[0, vocabulary_size)`.
         """
         self._check_adapted()
+        if self._scanner is not None and separator != " ":
+            raise ValueError(
+                "TextProcessor(standardize='unicode').decode restores the "
+                "text's own spacing: `separator` must be ' '; got "
+                f"{separator!r}."
+            )
         ids = self._check_ids(ids)
         scalar = ids.ndim == 1
         if scalar:
@@ -498,7 +531,10 @@ class TextProcessor:
                     words[-1] += token[len(SUFFIX) :]
                 else:
                     words.append(token)
-            out.append(separator.join(words))
+            if self._scanner is not None:
+                out.append(unicode_text.detokenize(words))
+            else:
+                out.append(separator.join(words))
         return out[0] if scalar else out
 
     def _check_ids(self, ids):
@@ -526,6 +562,8 @@ class TextProcessor:
             "keep_digits": self.keep_digits,
             "split_digits": self.split_digits,
             "tokenizer": self.tokenizer,
+            "standardize": self.standardize_mode,
+            "placeholders": self.placeholders,
             "vocabulary": None
             if self._vocabulary is None
             else list(self._vocabulary),
@@ -542,5 +580,6 @@ class TextProcessor:
             f"punctuation={self.punctuation!r}, "
             f"keep_digits={self.keep_digits}, "
             f"split_digits={self.split_digits}, "
-            f"tokenizer={self.tokenizer!r}, vocabulary_size={size})"
+            f"tokenizer={self.tokenizer!r}, "
+            f"standardize={self.standardize_mode!r}, vocabulary_size={size})"
         )

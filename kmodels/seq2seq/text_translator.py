@@ -526,7 +526,9 @@ class TextTranslator:
 
         Raises:
             ValueError: a search argument `Translator.search_step` refuses
-                (checked before anything is written), the translator has
+                (checked before anything is written), a processor uses
+                settings the export cannot express
+                (`standardize="unicode"`), the translator has
                 no weights yet, or `path` is a
                 file or a folder holding other entries than a SavedModel
                 export (the message names them). Nothing is written.
@@ -545,6 +547,19 @@ class TextTranslator:
         """
         owner = "TextTranslator.export"
         check_built(self.translator, owner)
+        for who, processor in (
+            ("context", self.context_processor),
+            ("target", self.target_processor),
+        ):
+            bad = saved_model.unsupported_keys(processor.get_config())
+            if bad:
+                raise ValueError(
+                    f"{owner}: the SavedModel export cannot express the "
+                    f"{who} TextProcessor's settings {bad} (core TensorFlow "
+                    "has no Unicode NFC); serve it from Python "
+                    "(`TextTranslator.translate`, or the keras-hub task). "
+                    "Nothing is written."
+                )
         if max_length is not None:
             # The same check (and errors) as `translate`'s.
             max_length = sampling.check_max_length(max_length, owner)
