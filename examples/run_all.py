@@ -6,8 +6,9 @@
 For each backend, a fresh Python process (the backend is fixed when Keras is
 imported) prints the backend and versions, checks Keras layers against the
 NumPy oracle, then runs the seq2seq, position-embedding, recommender,
-digits (a tiny ViT on real images) and MovieLens (next-movie
-recommendation on real ratings, replayed in time) demos.
+digits (a tiny ViT on real images), MovieLens (next-movie recommendation
+on real ratings, replayed in time) and Django (English to Spanish on
+Django's own UI strings) demos.
 The parent process then compares the oracle-check outputs across backends.
 """
 
@@ -28,6 +29,7 @@ DEMOS = {
     "recommender": "examples.growing_recommender",
     "digits": "examples.digits_vit",
     "movielens": "examples.movielens_recommender",
+    "django": "examples.django_translator",
 }
 # Demos that take `--out DIR` (the seq2seq demo saves its attention heat map).
 WRITES_FILES = ("seq2seq",)

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from kmodels.seq2seq import TextProcessor
+from kmodels.seq2seq import TextTranslator
+from kmodels.seq2seq import Translator
 from kmodels.testing.exports import tiny_bundle
 
 # UI strings as Django's catalogues hold them (English and Spanish), and
@@ -190,3 +192,107 @@ def test_the_saved_model_export_refuses_unicode_processors(tmp_path):
     with pytest.raises(ValueError, match="target TextProcessor's settings"):
         bundle.export(path)
     assert not path.exists()
+
+
+def masking_processors():
+    """A source and a target processor that mask placeholders, adapted on
+    one pair."""
+    source = TextProcessor(
+        max_length=12, standardize="unicode", mask_placeholders=True
+    )
+    target = TextProcessor(
+        max_length=12, standardize="unicode", mask_placeholders=True
+    )
+    source.adapt(["Delete %(name)s from %(list)s?"])
+    target.adapt(["¿Borrar %(name)s de %(list)s?"])
+    return source, target
+
+
+def test_masked_placeholders_are_numbered_by_the_source():
+    source, target = masking_processors()
+    # The slots and spacing markers follow the reserved tokens.
+    assert source.vocabulary[4:14] == [
+        "[JOIN]", "[SPACE]", "[PH1]", "[PH2]", "[PH3]", "[PH4]", "[PH5]",
+        "[PH6]", "[PH7]", "[PH8]",
+    ]  # fmt: skip
+    text = "Move <b>%(a)s</b> to %(b)s, %(a)s"
+    assert source.placeholders_in(text) == ["<b>", "%(a)s", "</b>", "%(b)s"]
+    assert source.tokenize(text)[1:-1] == [
+        "Move", "[PH1]", "[JOIN]", "[PH2]", "[JOIN]", "[PH3]", "to",
+        "[PH4]", ",", "[PH2]",
+    ]  # fmt: skip
+    # The translation's own order differs: numbered by the source's list;
+    # a placeholder the source lacks ({n}) stays whole.
+    known = ["%(a)s", "%(b)s"]
+    assert target.tokenize("Mover %(b)s a %(a)s {n}", known)[1:-1] == [
+        "Mover", "[PH2]", "a", "[PH1]", "{n}",
+    ]  # fmt: skip
+    ids = target(["%(b)s de %(a)s"], [known])
+    assert target.decode(ids, placeholders=[known]) == ["%(b)s de %(a)s"]
+    assert target.decode(ids[0], placeholders=known) == "%(b)s de %(a)s"
+    # Unfilled slots stay visible.
+    assert target.decode(ids) == ["[PH2] de [PH1]"]
+
+
+def test_more_than_eight_placeholders_keep_the_rest_whole():
+    source, _ = masking_processors()
+    text = " ".join(f"{{{k}}}" for k in range(10))
+    assert source.tokenize(text)[1:-1][7:] == ["[PH8]", "{8}", "{9}"]
+
+
+def test_translate_copies_unseen_placeholders_from_the_source():
+    source, target = masking_processors()
+    keras.utils.set_random_seed(0)
+    model = Translator(
+        source.vocabulary_size,
+        target.vocabulary_size,
+        4,
+        start_id=target.start_id,
+        end_id=target.end_id,
+    )
+    model((np.array([[2, 4, 3]]), np.array([[2, 4, 3]])))
+    bundle = TextTranslator(model, source, target)
+    v = target.vocabulary
+    # The output forced to "[PH2] [JOIN] [PH1]": the source's placeholders,
+    # never seen in training, come back in the target's order.
+    out = bundle.translate(
+        ["Move %(x)s to {y}", "<i>%d</i>"],
+        prefix=[v.index("[PH2]"), v.index("[JOIN]"), v.index("[PH1]")],
+        max_length=3,
+    )
+    assert out == ["{y}%(x)s", "%d<i>"]
+
+
+def test_processors_must_agree_on_masking():
+    source, _ = masking_processors()
+    plain = TextProcessor(max_length=12, standardize="unicode")
+    plain.adapt(["¿Borrar %(name)s de %(list)s?"])
+    model = Translator(
+        source.vocabulary_size, plain.vocabulary_size, 4, start_id=2, end_id=3
+    )
+    with pytest.raises(ValueError, match="must both mask placeholders"):
+        TextTranslator(model, source, plain).translate("Delete %s")
+    with pytest.raises(ValueError, match="needs standardize='unicode'"):
+        TextProcessor(mask_placeholders=True)
+    with pytest.raises(ValueError, match="one list per text; got 1 lists"):
+        source(["a", "b"], [["%s"]])
+
+
+def test_the_keras_hub_preprocessor_numbers_targets_by_their_sources():
+    from kmodels.seq2seq import TranslatorSeq2SeqLMPreprocessor
+
+    source, target = masking_processors()
+    pre = TranslatorSeq2SeqLMPreprocessor(source, target)
+    x, y, _ = pre(
+        {
+            "encoder_text": ["Copy %(a)s to %(b)s"],
+            "decoder_text": ["Copiar a %(b)s %(a)s"],
+        }
+    )
+    # y is the decoder input shifted by one: "Copiar" is unknown ([UNK]),
+    # "a" too; then the source's second and first placeholders.
+    tokens = target.tokens(y[0])[:5].tolist()
+    assert tokens == ["[UNK]", "[UNK]", "[PH2]", "[PH1]", "[END]"]
+    assert source.tokens(x["encoder_token_ids"][0])[:6].tolist() == [
+        "[START]", "[UNK]", "[PH1]", "[UNK]", "[PH2]", "[END]",
+    ]  # fmt: skip

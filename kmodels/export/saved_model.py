@@ -110,6 +110,23 @@ def unsupported_keys(processor_config):
     }
 
 
+def check_processors(context_config, target_config, owner):
+    """Raises a `ValueError` before anything is written when a
+    processor's settings (`TextProcessor.get_config()`) are beyond this
+    exporter (`standardize="unicode"`: core TensorFlow has no Unicode
+    normalisation op to serve NFC)."""
+    for who, config in (("context", context_config), ("target", target_config)):
+        bad = unsupported_keys(config)
+        if bad:
+            raise ValueError(
+                f"{owner}: the SavedModel export cannot express the {who} "
+                f"TextProcessor's settings {bad} (core TensorFlow has no "
+                "Unicode NFC); serve it from Python "
+                "(`TextTranslator.translate`, or the keras-hub task). "
+                "Nothing is written."
+            )
+
+
 def export_bundle(bundle_path, export_path, max_length=None, search=None):
     """Writes the SavedModel of the bundle in folder `bundle_path` to
     `export_path`, from a TensorFlow subprocess.

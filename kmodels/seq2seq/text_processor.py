@@ -13,9 +13,7 @@ by a keras-hub `WordPieceTokenizer` whose vocabulary
 """
 
 import collections
-import os
 import re
-import tempfile
 import unicodedata
 
 import keras
@@ -27,6 +25,7 @@ from kmodels.arguments import check_int
 from kmodels.arguments import check_texts
 from kmodels.seq2seq import unicode_text
 from kmodels.seq2seq.masking import PAD_ID
+from kmodels.seq2seq.word_piece_vocabulary import learn_pieces
 
 PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
@@ -79,6 +78,11 @@ class TextProcessor:
             expressions of protected tokens; `None` (the default): printf
             conversions (`%(name)s`, `%s`), brace fields (`{name}`,
             `{0}`), HTML tags and entities; `()`: none.
+        mask_placeholders: bool, default `False`. With
+            `standardize="unicode"`, write a text's placeholders as slots
+            `[PH1]`, `[PH2]`, ... (the first 8 distinct ones) that `decode`
+            fills back from `placeholders=`: a translator copies them
+            whatever they are (`TextTranslator` passes the source's).
 
     Example:
     >>> p = TextProcessor(max_length=8)
@@ -118,6 +122,7 @@ class TextProcessor:
         tokenizer="word",
         standardize="tutorial",
         placeholders=None,
+        mask_placeholders=False,
     ):
         owner = "TextProcessor"
         # [START], [END] and at least one word.
@@ -149,6 +154,15 @@ class TextProcessor:
             keep_digits=(keep_digits, False),
             split_digits=(split_digits, False),
         )
+        self.mask_placeholders = check_bool(
+            mask_placeholders, "mask_placeholders", owner
+        )
+        if self.mask_placeholders and self._scanner is None:
+            raise ValueError(
+                f"{owner}: mask_placeholders=True needs "
+                "standardize='unicode' (the tutorial's rules drop "
+                "placeholders)."
+            )
         self.standardize_mode = standardize
         self.placeholders = placeholders
         if vocabulary is not None and (
@@ -179,9 +193,12 @@ class TextProcessor:
 
     # Text -> words ---------------------------------------------------------
 
-    def _words(self, text):
+    def _words(self, text, known=None):
         if self._scanner is not None:
-            return unicode_text.tokens(text, self._scanner)
+            words = unicode_text.tokens(
+                text, self._scanner, self.mask_placeholders, known
+            )
+            return words[0] if self.mask_placeholders else words
         text = unicodedata.normalize("NFKD", text).lower()
         text = re.sub(r"\s", " ", text)
         text = self._drop.sub("", text)
@@ -205,13 +222,30 @@ class TextProcessor:
         out = [" ".join([START, *self._words(t), END]) for t in texts]
         return out[0] if scalar else out
 
-    def tokenize(self, texts):
+    def placeholders_in(self, texts):
+        """The distinct placeholders of each text, in order of appearance:
+        what `[PH1]`, `[PH2]`, ... stand for with `mask_placeholders=True`
+        (a list of str for a str, else a list of such lists; empty lists
+        with the tutorial's rules)."""
+        texts, scalar = check_texts(texts, "TextProcessor.placeholders_in")
+        out = [
+            unicode_text.tokens(t, self._scanner, True)[1]
+            if self._scanner is not None
+            else []
+            for t in texts
+        ]
+        return out[0] if scalar else out
+
+    def tokenize(self, texts, placeholders=None):
         """The tokens of each text as the model sees them (words, or
         WordPiece pieces with `tokenizer="wordpiece"`): markers added,
         truncated to `max_length` tokens.
 
         Args:
             texts: a str or a sequence of str.
+            placeholders: with `mask_placeholders=True`, the
+                `placeholders_in` lists that number each text's slots
+                (the source's, for a translation); `None`: each text's own.
 
         Returns:
             A list of str for a str (e.g. `["[START]", "casa", "[END]"]`),
@@ -222,7 +256,9 @@ class TextProcessor:
                 only) the processor has no vocabulary yet.
         """
         texts, scalar = check_texts(texts, "TextProcessor")
-        words = self._text_words(texts)
+        if scalar and placeholders is not None:
+            placeholders = [placeholders]
+        words = self._text_words(texts, placeholders)
         if self.tokenizer == "wordpiece":
             self._check_adapted()
             tokens = [
@@ -235,11 +271,16 @@ class TextProcessor:
         out = [[START, *row[:keep], END] for row in tokens]
         return out[0] if scalar else out
 
-    def _text_words(self, texts):
+    def _text_words(self, texts, placeholders=None):
         """The words of each text; raises on a text with none."""
+        if placeholders is not None and len(placeholders) != len(texts):
+            raise ValueError(
+                "TextProcessor: `placeholders` holds one list per text; got "
+                f"{len(placeholders)} lists for {len(texts)} texts."
+            )
         out = []
         for i, text in enumerate(texts):
-            words = self._words(text)
+            words = self._words(text, placeholders and placeholders[i])
             if not words:
                 rules = (
                     "NFC, whitespace dropped"
@@ -319,66 +360,19 @@ class TextProcessor:
                 f"({len(texts)} texts){digits}."
             )
         if self.tokenizer == "wordpiece":
-            pieces = self._learn_pieces(counts, max_tokens)
+            pieces = learn_pieces(counts, max_tokens, RESERVED, SUFFIX)
         else:
             if self._scanner is not None:
                 # The spacing markers first: a text's spacing never reads
                 # [UNK], also when the texts adapted on had no such pair.
                 markers = list(unicode_text.MARKERS)
+                if self.mask_placeholders:
+                    markers += unicode_text.SLOTS
                 words = markers + [w for w in words if w not in markers]
             pieces = words
             if max_tokens is not None:
                 pieces = words[: max_tokens - len(RESERVED)]
         self.set_vocabulary([*RESERVED, *pieces])
-
-    def _learn_pieces(self, counts, max_tokens):
-        """WordPiece vocabulary (reserved tokens excluded) of word counts."""
-        import keras_hub
-
-        alphabet = sorted(set("".join(counts)))
-        # Every character alone and as a continuation: any word made of
-        # seen characters can then be spelled (the trainer keeps them all
-        # but its final cut to `vocabulary_size` may drop rare ones).
-        needed = [*alphabet, *(SUFFIX + c for c in alphabet)]
-        least = len(RESERVED) + len(needed)
-        if max_tokens is None:
-            max_tokens = max(len(RESERVED) + len(counts), least)
-        if max_tokens < least:
-            raise ValueError(
-                f"TextProcessor.adapt: `max_tokens` must be at least {least} "
-                f"with subwords (the {len(RESERVED)} reserved tokens and the "
-                f"{len(alphabet)} characters seen, alone and after "
-                f"{SUFFIX!r}); got {max_tokens}."
-            )
-        # The trainer reads files or a tf.data.Dataset; a file keeps
-        # TensorFlow out of this module. Its split (whitespace, then
-        # punctuation kept as tokens) gives back exactly these words, which
-        # are already standardised and space separated.
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "words.txt")
-            with open(path, "w", encoding="utf-8") as f:
-                for word, count in counts.items():
-                    f.write(" ".join([word] * count) + "\n")
-            learned = keras_hub.tokenizers.compute_word_piece_vocabulary(
-                [path],
-                # The trainer adds its reserved tokens, not the padding "".
-                max_tokens - 1,
-                lowercase=False,
-                strip_accents=False,
-                split=True,
-                split_on_cjk=False,
-                suffix_indicator=SUFFIX,
-                reserved_tokens=list(RESERVED[1:]),
-            )
-        learned = [p for p in learned if p not in RESERVED]
-        needed_set = set(needed)
-        room = max_tokens - least
-        others = [p for p in learned if p not in needed_set][:room]
-        keep = needed_set | set(others)
-        pieces = [p for p in learned if p in keep]
-        # Characters and continuations the trainer's cut dropped.
-        pieces += [p for p in needed if p not in set(pieces)]
-        return pieces
 
     def set_vocabulary(self, vocabulary):
         """Sets the vocabulary: the reserved tokens, then the words (or
@@ -437,11 +431,12 @@ class TextProcessor:
 
     # Text <-> ids ----------------------------------------------------------
 
-    def __call__(self, texts):
+    def __call__(self, texts, placeholders=None):
         """Token ids, `(batch, max_length)` int32 NumPy, 0-padded.
 
         Args:
             texts: a str (gives one row) or a sequence of str.
+            placeholders: the slots' numbering, as in `tokenize`.
 
         Raises:
             ValueError: a text is empty after standardisation.
@@ -453,14 +448,14 @@ class TextProcessor:
         if self.tokenizer == "wordpiece":
             keep = self.max_length - 2
             ids = np.zeros((len(texts), self.max_length), "int32")
-            rows = self._piece_ids(self._text_words(texts))
+            rows = self._piece_ids(self._text_words(texts, placeholders))
             for i, row in enumerate(rows):
                 row = [self.start_id, *row[:keep], self.end_id]
                 ids[i, : len(row)] = row
             return ids
         ids = np.zeros((len(texts), self.max_length), "int32")
         lookup, unk = self._ids.get, self.unk_id
-        for i, words in enumerate(self.tokenize(texts)):
+        for i, words in enumerate(self.tokenize(texts, placeholders)):
             ids[i, : len(words)] = [lookup(word, unk) for word in words]
         return ids
 
@@ -470,7 +465,7 @@ class TextProcessor:
         ids = self._check_ids(ids)
         return self._array[ids].astype(str)
 
-    def decode(self, ids, separator=" "):
+    def decode(self, ids, separator=" ", placeholders=None):
         """Sentences from ids: a leading `[START]` dropped, each row cut at
         its first `[END]` or padding (0; `Translator.generate` pads from
         `[END]` on), tokens joined by `separator`.
@@ -481,7 +476,8 @@ class TextProcessor:
 
         With `standardize="unicode"` the words are joined with the text's
         own spacing (`[JOIN]` and `[SPACE]` applied), and `separator` must
-        be `" "`.
+        be `" "`; `placeholders` (a `placeholders_in` list per row, or one
+        list for a 1-D input) fills the slots `[PH1]`, `[PH2]`, ...
 
         Args:
             ids: ints of shape `(batch, length)` (or `(length,)`, which
@@ -506,13 +502,14 @@ class TextProcessor:
         scalar = ids.ndim == 1
         if scalar:
             ids = ids[None]
+            placeholders = None if placeholders is None else [placeholders]
         if ids.ndim != 2:
             raise ValueError(
                 "TextProcessor.decode expects ids of shape (batch, length) or "
                 f"(length,); got shape {ids.shape}."
             )
         out = []
-        for row in ids:
+        for n, row in enumerate(ids):
             words = []
             row = row.tolist()
             if row and row[0] == self.start_id:
@@ -532,7 +529,8 @@ class TextProcessor:
                 else:
                     words.append(token)
             if self._scanner is not None:
-                out.append(unicode_text.detokenize(words))
+                fill = None if placeholders is None else placeholders[n]
+                out.append(unicode_text.detokenize(words, fill))
             else:
                 out.append(separator.join(words))
         return out[0] if scalar else out
@@ -564,6 +562,7 @@ class TextProcessor:
             "tokenizer": self.tokenizer,
             "standardize": self.standardize_mode,
             "placeholders": self.placeholders,
+            "mask_placeholders": self.mask_placeholders,
             "vocabulary": None
             if self._vocabulary is None
             else list(self._vocabulary),

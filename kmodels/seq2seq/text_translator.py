@@ -7,7 +7,6 @@ import tempfile
 import keras
 import numpy as np
 
-from kmodels.arguments import ArgumentTypeError
 from kmodels.arguments import check_bool
 from kmodels.arguments import check_int
 from kmodels.arguments import check_str
@@ -21,47 +20,14 @@ from kmodels.saving.portable_optimizer import load_model
 from kmodels.seq2seq import constraints
 from kmodels.seq2seq import decoding
 from kmodels.seq2seq import sampling
+from kmodels.seq2seq.text_pairs import check_pairing
+from kmodels.seq2seq.text_pairs import sources_and_references
 from kmodels.seq2seq.text_processor import TextProcessor
 from kmodels.seq2seq.translator import Translator
 
 # A saved bundle's folder holds exactly these (named once, for the
 # exporter that reads the bundle too).
 _BUNDLE_FILES = (saved_model.MODEL_FILE, saved_model.TEXT_FILE)
-
-
-def _check_pairing(translator, context_processor, target_processor):
-    sizes = (
-        (
-            "context_processor",
-            context_processor.vocabulary_size,
-            "context_vocabulary_size",
-            translator.context_vocabulary_size,
-        ),
-        (
-            "target_processor",
-            target_processor.vocabulary_size,
-            "target_vocabulary_size",
-            translator.target_vocabulary_size,
-        ),
-    )
-    for who, size, attr, expected in sizes:
-        if size != expected:
-            raise ValueError(
-                f"{who} has {size} tokens but the translator's {attr} is "
-                f"{expected}: its ids would be out of range (or mean other "
-                "words). Build the Translator with the processors' "
-                "vocabulary_size."
-            )
-    for attr in ("start_id", "end_id"):
-        got, expected = (
-            getattr(translator, attr),
-            getattr(target_processor, attr),
-        )
-        if got != expected:
-            raise ValueError(
-                f"The translator's {attr} is {got} but the target "
-                f"processor's is {expected}."
-            )
 
 
 def translate(
@@ -151,7 +117,7 @@ def translate(
     return_scores = check_bool(
         return_scores, "return_scores", owner, type_error=True
     )
-    _check_pairing(translator, context_processor, target_processor)
+    check_pairing(translator, context_processor, target_processor)
     length = target_processor.max_length if max_length is None else max_length
     count = options.pop("num_return_sequences", None)
     # Checked here too, before any text is processed.
@@ -171,6 +137,8 @@ def translate(
         )
     scalar = isinstance(texts, (str, bytes))
     tokens = context_processor(texts)
+    # The source's placeholders, which the target's slots stand for.
+    fill = context_processor.placeholders_in([texts] if scalar else texts)
     options = dict(
         sampler=sampler, temperature=temperature or None, seed=seed, **options
     )
@@ -210,64 +178,18 @@ def translate(
         )
     if ids.ndim == 3:
         # Every beam: a list of translations per text.
-        out = [target_processor.decode(row, separator=separator) for row in ids]
+        out = [
+            target_processor.decode(
+                row, separator, fill and [fill[n]] * len(row)
+            )
+            for n, row in enumerate(ids)
+        ]
     else:
-        out = target_processor.decode(ids, separator=separator)
+        out = target_processor.decode(ids, separator, fill or None)
     if scalar:
         out = out[0]
     extras = (attention,) * return_attention + (scores,) * return_scores
     return (out, *extras) if extras else out
-
-
-def _sources_and_references(pairs, owner):
-    """`TextTranslator.evaluate`'s `pairs` as two lists of str: a tuple of
-    two lists is `(sources, references)`, any other sequence holds
-    `(source, reference)` pairs."""
-    if isinstance(pairs, (str, bytes)):
-        raise ArgumentTypeError(
-            f"{owner} expects a sequence of (source, reference) pairs or a "
-            f"tuple (sources, references) of two lists; got a "
-            f"{type(pairs).__name__}."
-        )
-    if (
-        isinstance(pairs, tuple)
-        and len(pairs) == 2
-        and all(isinstance(side, list) for side in pairs)
-    ):
-        sources, references = pairs
-        for side, texts in (("sources", sources), ("references", references)):
-            for i, text in enumerate(texts):
-                if not isinstance(text, str):
-                    raise ArgumentTypeError(
-                        f"{owner}: (sources, references) must be two lists "
-                        f"of str; {side}[{i}] is {text!r} "
-                        f"({type(text).__name__})."
-                    )
-        if len(sources) != len(references):
-            raise ValueError(
-                f"{owner}: (sources, references) must have the same length; "
-                f"got {len(sources)} sources and {len(references)} "
-                "references."
-            )
-    else:
-        pairs = list(pairs)
-        for i, pair in enumerate(pairs):
-            if (
-                not isinstance(pair, (tuple, list))
-                or len(pair) != 2
-                or not all(isinstance(t, str) for t in pair)
-            ):
-                raise ArgumentTypeError(
-                    f"{owner} expects (source, reference) pairs of str; "
-                    f"item {i} is {pair!r}."
-                )
-        sources = [source for source, _ in pairs]
-        references = [reference for _, reference in pairs]
-    if not sources:
-        raise ValueError(
-            f"{owner} expects at least one (source, reference) pair; got none."
-        )
-    return list(sources), list(references)
 
 
 class TextTranslator:
@@ -296,7 +218,7 @@ class TextTranslator:
         self, translator, context_processor, target_processor, separator=" "
     ):
         check_str(separator, "separator", "TextTranslator")
-        _check_pairing(translator, context_processor, target_processor)
+        check_pairing(translator, context_processor, target_processor)
         self.translator = translator
         self.context_processor = context_processor
         self.target_processor = target_processor
@@ -377,7 +299,7 @@ class TextTranslator:
         owner = "TextTranslator.evaluate"
         max_order = check_int(max_order, "max_order", owner)
         smooth = check_bool(smooth, "smooth", owner)
-        sources, references = _sources_and_references(pairs, owner)
+        sources, references = sources_and_references(pairs, owner)
         for i, (source, reference) in enumerate(zip(sources, references)):
             if not reference.strip():
                 raise ValueError(
@@ -547,19 +469,11 @@ class TextTranslator:
         """
         owner = "TextTranslator.export"
         check_built(self.translator, owner)
-        for who, processor in (
-            ("context", self.context_processor),
-            ("target", self.target_processor),
-        ):
-            bad = saved_model.unsupported_keys(processor.get_config())
-            if bad:
-                raise ValueError(
-                    f"{owner}: the SavedModel export cannot express the "
-                    f"{who} TextProcessor's settings {bad} (core TensorFlow "
-                    "has no Unicode NFC); serve it from Python "
-                    "(`TextTranslator.translate`, or the keras-hub task). "
-                    "Nothing is written."
-                )
+        saved_model.check_processors(
+            self.context_processor.get_config(),
+            self.target_processor.get_config(),
+            owner,
+        )
         if max_length is not None:
             # The same check (and errors) as `translate`'s.
             max_length = sampling.check_max_length(max_length, owner)

@@ -455,7 +455,12 @@ class TranslatorSeq2SeqLM(
             pre.context_processor(texts), max_length=max_length - 1, **options
         )
         out = pre.target_processor.decode(
-            self._stopped(ids, stops), separator=pre.separator
+            self._stopped(ids, stops),
+            separator=pre.separator,
+            # The source's placeholders fill the target's slots.
+            placeholders=pre.context_processor.placeholders_in(
+                [texts] if scalar else texts
+            ),
         )
         return out[0] if scalar else out
 

@@ -212,7 +212,13 @@ class TranslatorSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
                 f"pair up; got {len(sources)} sources and {len(targets)} "
                 "targets."
             )
-        target = self.target_processor(targets)
+        # A target's slots are numbered by its source's placeholders.
+        target = self.target_processor(
+            targets,
+            self.context_processor.placeholders_in(sources)
+            if self.target_processor.mask_placeholders
+            else None,
+        )
         y = target[:, 1:]
         x = {
             ENCODER_IDS: self.context_processor(sources),

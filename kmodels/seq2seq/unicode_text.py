@@ -38,6 +38,9 @@ import unicodedata
 JOIN = "[JOIN]"
 SPACE = "[SPACE]"
 MARKERS = (JOIN, SPACE)
+# The slots of masked placeholders (`tokens(..., mask=True)`): a text's
+# first 8 distinct placeholders; further ones stay whole.
+SLOTS = tuple(f"[PH{k}]" for k in range(1, 9))
 # The default protected patterns: printf conversions, brace fields, HTML
 # tags and entities.
 PLACEHOLDERS = (
@@ -118,17 +121,30 @@ def default_space(previous, token):
     return not (token in NO_SPACE_BEFORE or previous in NO_SPACE_AFTER)
 
 
-def tokens(text, scanner):
+def tokens(text, scanner, mask=False, known=None):
     """The tokens of `text` (a str): NFC, protected matches whole, words,
     single other characters, and `[JOIN]` / `[SPACE]` where the text's
-    spacing differs from the default rule."""
+    spacing differs from the default rule.
+
+    `mask=True` writes each protected match as a slot, `[PH1]` for the
+    first distinct one and so on (`SLOTS`), and returns `(tokens, the
+    distinct matches in order of appearance)`. `known` (a list of str,
+    e.g. the source's matches when this is its translation) numbers the
+    slots instead: a match that is its k-th element is `[PHk]`, a match
+    absent from it stays whole."""
     text = unicodedata.normalize("NFC", text)
-    out, previous, spaced = [], None, False
+    out, found, previous, spaced = [], [], None, False
+    order = found if known is None else list(known)
     for match in scanner.finditer(text):
         if match.lastgroup == "space":
             spaced = True
             continue
         token = match.group()
+        if mask and match.lastgroup == "protected":
+            if token not in found:
+                found.append(token)
+            k = order.index(token) if token in order else len(SLOTS)
+            token = SLOTS[k] if k < len(SLOTS) else token
         if previous is not None:
             default = default_space(previous, token)
             if spaced and not default:
@@ -137,13 +153,16 @@ def tokens(text, scanner):
                 out.append(JOIN)
         out.append(token)
         previous, spaced = token, False
-    return out
+    return (out, found) if mask else out
 
 
-def detokenize(words):
+def detokenize(words, placeholders=None):
     """The text of `tokens`' output (or a model's): the default spacing
     rule, with `[JOIN]` and `[SPACE]` overriding it for the next pair; a
-    marker with no token before or after it is dropped."""
+    marker with no token before or after it is dropped. `placeholders`:
+    the strings of the slots (`[PHk]` is its k-th element; a slot past
+    its end stays as it is)."""
+    slots = dict(zip(SLOTS, placeholders or ()))
     text, previous, force = "", None, None
     for word in words:
         if word in MARKERS:
@@ -152,6 +171,6 @@ def detokenize(words):
         if previous is not None:
             space = default_space(previous, word) if force is None else force
             text += " " if space else ""
-        text += word
+        text += slots.get(word, word)
         previous, force = word, None
     return text
