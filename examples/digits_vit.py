@@ -19,13 +19,13 @@ Run: `python -m examples.digits_vit [--quick]` (needs scikit-learn:
 `pip install scikit-learn`).
 """
 
-import argparse
 import time
 
 import keras
 import keras_hub
 import numpy as np
 
+from examples.settings import parse
 from kmodels.datasets import digits
 from kmodels.diagnostics import check_gradient_flow
 from kmodels.layers import PatchEmbedding
@@ -128,10 +128,7 @@ def run(epochs, fine_tune_epochs, train_limit=None, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    settings = QUICK if args.quick else FULL
+    settings = parse(__doc__, argv, FULL, QUICK)
     start = time.perf_counter()
     figures = run(**settings)
     print(

@@ -24,13 +24,13 @@ sources' placeholders that come back in their translations and the empty
 outputs.
 """
 
-import argparse
 import re
 import time
 
 import keras
 import numpy as np
 
+from examples.settings import parse
 from kmodels.datasets import ui_strings
 from kmodels.seq2seq import TextProcessor
 from kmodels.seq2seq import TextTranslator
@@ -147,10 +147,7 @@ def run(units, epochs, limit=None, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    settings = QUICK if args.quick else FULL
+    settings = parse(__doc__, argv, FULL, QUICK)
     start = time.perf_counter()
     f = run(**settings)
     print(

@@ -37,7 +37,6 @@ comes from fixed seeds and fixed epochs: two runs on one backend print the
 same table.
 """
 
-import argparse
 import functools
 import time
 
@@ -45,6 +44,7 @@ import keras
 import numpy as np
 
 from examples import growing_recommender as recommender
+from examples.settings import parse
 from kmodels.callbacks import EmbeddingGrowth
 from kmodels.callbacks import LookAheadLimit
 from kmodels.datasets import movielens
@@ -318,10 +318,7 @@ def presized(grown, stream, dim, seed):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    settings = QUICK if args.quick else FULL
+    settings = parse(__doc__, argv, FULL, QUICK)
     start = time.perf_counter()
     f = run(**settings)
     print(
