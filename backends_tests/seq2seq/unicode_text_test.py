@@ -274,8 +274,15 @@ def test_processors_must_agree_on_masking():
         TextTranslator(model, source, plain).translate("Delete %s")
     with pytest.raises(ValueError, match="needs standardize='unicode'"):
         TextProcessor(mask_placeholders=True)
-    with pytest.raises(ValueError, match="one list per text; got 1 lists"):
-        source(["a", "b"], [["%s"]])
+    # One list of str per text (or row), the same error on every backend.
+    for bad in ([["%s"]], "ab", [[1], [2]]):
+        with pytest.raises(ValueError, match="one list of str per text"):
+            source(["a", "b"], bad)
+    ids = source(["a", "b"])
+    with pytest.raises(ValueError, match=r"per text .*, 2 here; got \[\[\]\]"):
+        source.decode(keras.ops.convert_to_tensor(ids), placeholders=[[]])
+    with pytest.raises(ValueError, match="one list of str per text"):
+        source.decode(ids[0], placeholders="%s")
 
 
 def test_the_keras_hub_preprocessor_numbers_targets_by_their_sources():

@@ -273,11 +273,9 @@ class TextProcessor:
 
     def _text_words(self, texts, placeholders=None):
         """The words of each text; raises on a text with none."""
-        if placeholders is not None and len(placeholders) != len(texts):
-            raise ValueError(
-                "TextProcessor: `placeholders` holds one list per text; got "
-                f"{len(placeholders)} lists for {len(texts)} texts."
-            )
+        placeholders = unicode_text.check_lists(
+            placeholders, len(texts), "TextProcessor"
+        )
         out = []
         for i, text in enumerate(texts):
             words = self._words(text, placeholders and placeholders[i])
@@ -503,6 +501,10 @@ class TextProcessor:
         if scalar:
             ids = ids[None]
             placeholders = None if placeholders is None else [placeholders]
+        if ids.ndim == 2:
+            placeholders = unicode_text.check_lists(
+                placeholders, len(ids), "TextProcessor.decode"
+            )
         if ids.ndim != 2:
             raise ValueError(
                 "TextProcessor.decode expects ids of shape (batch, length) or "

@@ -174,3 +174,21 @@ def detokenize(words, placeholders=None):
         text += slots.get(word, word)
         previous, force = word, None
     return text
+
+
+def check_lists(placeholders, rows, who):
+    """`placeholders` (one list of str per text or row), or raises a
+    `ValueError` naming what arrived."""
+    if placeholders is None:
+        return None
+    ok = not isinstance(placeholders, (str, bytes)) and all(
+        isinstance(p, (list, tuple)) and all(isinstance(x, str) for x in p)
+        for p in placeholders
+    )
+    if not ok or len(placeholders) != rows:
+        raise ValueError(
+            f"{who}: `placeholders` holds one list of str per text (as "
+            f"`placeholders_in` returns them), {rows} here; got "
+            f"{placeholders!r}."
+        )
+    return placeholders
