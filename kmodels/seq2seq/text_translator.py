@@ -138,7 +138,9 @@ def translate(
     scalar = isinstance(texts, (str, bytes))
     tokens = context_processor(texts)
     # The source's placeholders, which the target's slots stand for.
-    fill = context_processor.placeholders_in([texts] if scalar else texts)
+    fill = None
+    if target_processor.mask_placeholders:
+        fill = context_processor.placeholders_in([texts] if scalar else texts)
     options = dict(
         sampler=sampler, temperature=temperature or None, seed=seed, **options
     )

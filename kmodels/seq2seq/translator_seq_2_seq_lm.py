@@ -454,13 +454,16 @@ class TranslatorSeq2SeqLM(
         ids, _ = self.backbone.translator.generate(
             pre.context_processor(texts), max_length=max_length - 1, **options
         )
+        fill = None
+        if pre.target_processor.mask_placeholders:
+            fill = pre.context_processor.placeholders_in(
+                [texts] if scalar else texts
+            )
         out = pre.target_processor.decode(
             self._stopped(ids, stops),
             separator=pre.separator,
             # The source's placeholders fill the target's slots.
-            placeholders=pre.context_processor.placeholders_in(
-                [texts] if scalar else texts
-            ),
+            placeholders=fill,
         )
         return out[0] if scalar else out
 
